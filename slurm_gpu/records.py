@@ -1,0 +1,341 @@
+"""Typed, immutable records shared by every layer.
+
+Units are part of every field name (``_bytes``, ``_w``, ``_s``, ``_pct``, ``_mj``). ``None`` always
+means "not reported by this source or this GPU", never zero. Times are Unix epoch seconds
+(float) unless a name says otherwise. GPUs are identified by UUID (``GPU-…``, or ``MIG-…`` for
+a MIG instance), never by ordinal: ordinals differ between gres.conf, CUDA_VISIBLE_DEVICES and
+NVML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# --------------------------------------------------------------------------- GPU telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """What does not change while a job runs: identity and capacity of one GPU or MIG slice."""
+
+    uuid: str
+    """``GPU-…`` or ``MIG-…``."""
+    index: int | None = None
+    """The source's own ordinal (NVML index). Informational only: never used to match."""
+    minor_number: int | None = None
+    """N of ``/dev/nvidiaN``; what gres.conf ``File=`` lines name, so it maps Slurm's GPU
+    indices to devices."""
+    name: str | None = None
+    """Product name, e.g. ``NVIDIA H100 80GB HBM3``."""
+    memory_total_bytes: int | None = None
+    power_limit_w: float | None = None
+    """Enforced power limit in watts."""
+    parent_uuid: str | None = None
+    """For a MIG instance, the UUID of the physical GPU; ``None`` for a whole GPU."""
+    mig_profile: str | None = None
+    """MIG profile name such as ``1g.10gb``; ``None`` for a whole GPU."""
+    pci_bus_id: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    """(major, minor); tensor cores exist from 7.0."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process seen on a GPU."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One reading of one GPU.
+
+    ``available=False`` means the GPU could not be read at all at this time (lost, fallen off
+    the bus, or its virtual file vanished); every metric is then ``None``.
+    """
+
+    uuid: str
+    time_s: float
+    available: bool = True
+    utilization_pct: float | None = None
+    """Duty cycle: percent of the driver's last sample period during which any kernel ran.
+    Not how busy the SMs were (see ``sm_active_pct``)."""
+    utilization_samples_pct: tuple[float, ...] = ()
+    """The driver's buffered sub-interval utilization samples since the previous reading
+    (``nvmlDeviceGetSamples``), oldest first; empty when not supported."""
+    memory_utilization_pct: float | None = None
+    """Percent of time the memory controller was busy."""
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_w: float | None = None
+    energy_mj: int | None = None
+    """Total energy counter since the driver loaded, millijoules (monotonic)."""
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    throttle_reasons: int | None = None
+    """NVML clock-event-reason bitmask (see ``slurm_gpu.telemetry.base.THROTTLE_*``)."""
+    temperature_c: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes: int | None = None
+    """Cumulative NVLink bytes sent, summed over links; ``None`` without NVLink."""
+    nvlink_rx_bytes: int | None = None
+    ecc_corrected_total: int | None = None
+    """Volatile (since driver load) corrected ECC error count."""
+    ecc_uncorrected_total: int | None = None
+    xid_events: tuple[int, ...] = ()
+    """XID codes reported since the previous reading."""
+    processes: tuple[GpuProcess, ...] | None = None
+    """Compute processes on the GPU; ``None`` when the list could not be read."""
+    sm_active_pct: float | None = None
+    """Share of SM cycles with at least one warp resident (GPM/DCGM SM activity)."""
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    """Share of cycles the tensor cores were busy (GPM), where the GPU reports it."""
+
+
+# --------------------------------------------------------------------------- job host
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """One reading of the job's processes on this node (all counters cumulative)."""
+
+    time_s: float
+    cpu_time_s: float | None
+    """User + system CPU time of the job on this node since it started, seconds."""
+    rss_bytes: int | None
+    """Resident memory of the job on this node now (cgroup ``memory.current`` minus file cache
+    where the cgroup reports it, else the sum of RSS)."""
+    io_read_bytes: int | None
+    io_write_bytes: int | None
+    process_count: int | None
+    method: str
+    """How it was read: ``cgroup2``, ``cgroup1``, ``proc`` or ``none``."""
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """A streaming distribution of percentages in 1 %-wide bins (0–100).
+
+    ``counts[i]`` counts values v with ``i <= v < i+1`` (100 goes into bin 100); the
+    percentiles derived from it are exact to 1 percentage point whatever the job length.
+    """
+
+    counts: tuple[int, ...]
+    total: float
+    """Sum of all values, for an exact mean."""
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def mean(self) -> float | None:
+        n = self.n
+        return self.total / n if n else None
+
+    def percentile(self, q: float) -> float | None:
+        """The q-th percentile (0–100), lower edge of the bin it falls in; ``None`` if empty."""
+        n = self.n
+        if not n:
+            return None
+        rank = q / 100.0 * (n - 1)
+        seen = 0
+        for value, count in enumerate(self.counts):
+            seen += count
+            if seen > rank:
+                return float(value)
+        return float(len(self.counts) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """One bucket of the downsampled timeline: means and peaks over ``[t_s, t_s + width_s)``.
+
+    Per-GPU tuples follow the order of ``NodeRecord.gpus``; ``None`` where no value was read.
+    """
+
+    t_s: float
+    width_s: float
+    samples: int
+    gpu_utilization_pct: tuple[float | None, ...]
+    gpu_memory_used_max_bytes: tuple[int | None, ...]
+    gpu_power_w: tuple[float | None, ...]
+    host_cpu_cores: float | None
+    """Mean number of cores busy (CPU-seconds per second)."""
+    host_rss_max_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """Everything the analysis needs about one GPU over one job on one node, in O(1) size."""
+
+    info: GpuInfo
+    samples: int
+    """Readings attempted."""
+    samples_available: int
+    """Readings where the GPU answered."""
+    first_time_s: float | None
+    last_time_s: float | None
+    utilization: Distribution
+    """Per-reading duty cycle."""
+    sub_samples: Distribution
+    """The driver's sub-interval samples, where supported (n == 0 otherwise)."""
+    idle_samples: int
+    """Readings with duty cycle at or below the idle threshold the sampler was given."""
+    active_first_time_s: float | None
+    """Time of the first reading above the idle threshold; ``None`` if never active."""
+    active_last_time_s: float | None
+    memory_used_max_bytes: int | None
+    memory_used_mean_bytes: float | None
+    power_mean_w: float | None
+    power_max_w: float | None
+    energy_j: float | None
+    """From the energy counter where present, else the integral of power; joules."""
+    sm_clock_mean_mhz: float | None
+    temperature_max_c: float | None
+    throttle_power_s: float
+    """Seconds during which a power-cap clock event was reported."""
+    throttle_thermal_s: float
+    """Seconds during which a thermal (hardware or software) slowdown was reported."""
+    pcie_tx_mean_bytes_per_s: float | None
+    pcie_rx_mean_bytes_per_s: float | None
+    nvlink_bytes: int | None
+    """NVLink bytes (tx + rx) moved during the job; ``None`` without NVLink."""
+    nvlink_bytes_while_idle: int | None
+    """NVLink bytes moved during readings where the GPU was idle (communication waits)."""
+    ecc_corrected: int | None
+    """Corrected ECC errors that appeared during the job."""
+    ecc_uncorrected: int | None
+    xid_events: tuple[int, ...]
+    """Distinct XID codes seen during the job."""
+    process_seen: bool
+    """Whether any compute process ever appeared on this GPU."""
+    max_processes: int
+    pids: tuple[int, ...]
+    """Up to 16 distinct compute pids seen, first first."""
+    sm_active_mean_pct: float | None
+    tensor_active_mean_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSummary:
+    """The job's CPU, memory and I/O on one node."""
+
+    method: str
+    samples: int
+    cpu_time_s: float | None
+    """CPU time used on this node over the sampled span, seconds."""
+    cpu_cores_busy: Distribution
+    """Per-reading cores busy, as percent of the node's allocated cores (0–100); n == 0 when
+    the allocated core count was unknown."""
+    allocated_cores: int | None
+    rss_max_bytes: int | None
+    rss_mean_bytes: float | None
+    io_read_bytes: int | None
+    io_write_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """The sealed per-node record of one job: what the epilog leaves for the collector."""
+
+    job_id: str
+    """Slurm's raw job id (``JobIDRaw``: array tasks and het components have their own)."""
+    hostname: str
+    uid: int | None
+    interval_s: float
+    source: str
+    """Telemetry backend: ``nvml`` or ``virtual``."""
+    started_s: float
+    ended_s: float
+    gpus: tuple[GpuSummary, ...]
+    host: HostSummary | None
+    timeline: tuple[TimelinePoint, ...]
+    complete: bool
+    """True when the sampler sealed the record itself at SIGTERM; False when the epilog
+    recovered it from the last checkpoint and the spool tail (sampler killed or crashed)."""
+    notes: tuple[str, ...] = field(default=())
+    """Short machine-readable notes (``sampler_killed``, ``gpu_lost:GPU-…``, ``spool_truncated``)."""
+
+
+# --------------------------------------------------------------------------- Slurm accounting
+
+
+@dataclass(frozen=True, slots=True)
+class Tres:
+    """A trackable-resource list (``cpu=8,mem=64G,node=1,billing=8,gres/gpu=2``), parsed.
+
+    ``gpu_types`` maps a typed GPU name (``a100``) to its count when Slurm reported typed
+    ``gres/gpu:a100=N``; ``gpus`` is the total whatever the type.
+    """
+
+    cpus: int | None = None
+    mem_bytes: int | None = None
+    nodes: int | None = None
+    gpus: int | None = None
+    gpu_types: tuple[tuple[str, int], ...] = ()
+    billing: int | None = None
+    raw: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One Slurm job (or array task, or het component) as accounting knows it.
+
+    Slurm's CamelCase names stay inside the accounting adapters; this record is what every
+    layer above them sees. Step data (MaxRSS, TotalCPU) is already folded into the job.
+    """
+
+    job_id: str
+    """``JobIDRaw``: a plain integer string, unique per array task and het component."""
+    job_id_display: str
+    """``JobID`` as users type it: ``1234``, ``1234_7``, ``1234+0``."""
+    array_job_id: str | None
+    array_task_id: str | None
+    het_job_id: str | None
+    het_job_offset: int | None
+    user: str
+    uid: int | None
+    account: str | None
+    partition: str | None
+    qos: str | None
+    job_name: str
+    work_dir: str | None
+    nodelist: tuple[str, ...]
+    """Expanded host names."""
+    state: str
+    """Base state without the ``by UID`` tail: COMPLETED, FAILED, TIMEOUT, CANCELLED,
+    OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, RUNNING, PENDING, REQUEUED, …"""
+    cancelled_by_uid: int | None
+    exit_code: int | None
+    exit_signal: int | None
+    derived_exit_code: int | None
+    alloc_tres: Tres
+    req_tres: Tres
+    alloc_cpus: int | None
+    req_mem_bytes: int | None
+    """Total requested memory for the job (per-CPU and per-node requests already multiplied
+    out), bytes; ``None`` when unlimited or unknown."""
+    max_rss_bytes: int | None
+    """Largest MaxRSS over the job's steps, bytes."""
+    total_cpu_s: float | None
+    """TotalCPU (user + system) over all steps, seconds."""
+    elapsed_s: int
+    time_limit_s: int | None
+    """``None`` when UNLIMITED or Partition_Limit could not be resolved."""
+    submit_s: float | None
+    start_s: float | None
+    end_s: float | None
+    restarts: int
+    comment: str | None
+    admin_comment: str | None
+    mail_user: str | None
+    mail_type: str | None
+    gres_gpu_detail: str | None = None
+    """Raw GPU index detail where sacct offers it; informational."""
