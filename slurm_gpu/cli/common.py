@@ -1,0 +1,63 @@
+"""What every command shares: error-to-exit-code mapping, ``--debug``, settings loading.
+
+The CLI is the only layer that prints or chooses exit codes. Library code raises
+``SlurmGpuError`` subclasses; ``run_guarded`` turns them into one line plus a hint on stderr and
+the class's documented exit code, with a traceback only under ``--debug``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+import click
+
+from slurm_gpu.config import Settings, load_settings
+from slurm_gpu.errors import SlurmGpuError
+
+T = TypeVar("T")
+
+
+def fail(err: SlurmGpuError, prog: str, *, debug: bool = False) -> NoReturn:
+    """Print ``prog: message`` and ``hint: …`` on stderr and exit with the error's code."""
+    if debug:
+        traceback.print_exc()
+    click.echo(f"{prog}: {err.message}", err=True)
+    if err.hint:
+        click.echo(f"hint: {err.hint}", err=True)
+    sys.exit(err.exit_code)
+
+
+def run_guarded(prog: str, debug: bool, fn: Callable[[], T]) -> T:
+    """Run ``fn``; map project errors to exit codes and anything else to exit 1 with a hint."""
+    try:
+        return fn()
+    except SlurmGpuError as err:
+        fail(err, prog, debug=debug)
+    except (KeyboardInterrupt, BrokenPipeError):
+        sys.exit(130)
+    except Exception as exc:  # the last line of defence: one line, no traceback
+        if debug:
+            traceback.print_exc()
+        click.echo(f"{prog}: unexpected error: {type(exc).__name__}: {exc}", err=True)
+        click.echo("hint: run again with --debug and report the traceback", err=True)
+        sys.exit(1)
+
+
+def settings_from(ctx: click.Context) -> Settings:
+    """The settings for this invocation, loaded once and cached on the root context."""
+    root = ctx.find_root()
+    obj = root.ensure_object(dict)
+    if "settings" not in obj:
+        obj["settings"] = load_settings(obj.get("config_path"))
+    settings: Settings = obj["settings"]
+    return settings
+
+
+def debug_enabled(ctx: click.Context) -> bool:
+    """Whether ``--debug`` (or ``SLURM_GPU_DEBUG=1``) was given."""
+    obj = ctx.find_root().ensure_object(dict)
+    return bool(obj.get("debug")) or os.environ.get("SLURM_GPU_DEBUG") == "1"

@@ -1,0 +1,42 @@
+"""``slurm-gpu config``: show and check the effective configuration."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from slurm_gpu.cli.common import settings_from
+from slurm_gpu.config import describe
+
+
+@click.group("config")
+def cli() -> None:
+    """Show or check the configuration."""
+
+
+@cli.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def show(ctx: click.Context, as_json: bool) -> None:
+    """Print every setting, its effective value and where it came from."""
+    settings = settings_from(ctx)
+    rows = describe(settings)
+    if as_json:
+        click.echo(json.dumps(
+            {"file": settings.path,
+             "settings": {k: {"value": v, "source": src} for k, v, src, _ in rows}},
+            indent=2, default=list))
+        return
+    click.echo(f"# file: {settings.path or '(none: all defaults)'}")
+    width = max(len(k) for k, *_ in rows)
+    for key, value, source, _doc in rows:
+        click.echo(f"{key:<{width}}  {json.dumps(value, default=list):<40}  # {source}")
+
+
+@cli.command("check")
+@click.pass_context
+def check(ctx: click.Context) -> None:
+    """Exit 0 if the configuration parses and validates, 3 with the bad key otherwise."""
+    settings = settings_from(ctx)
+    click.echo(f"ok: {settings.path or 'defaults only'}")

@@ -1,0 +1,234 @@
+"""Configuration: one TOML file parsed into typed, validated, frozen settings.
+
+The file is ``/etc/slurm-gpu/config.toml`` unless ``SLURM_GPU_CONFIG`` names another. A missing
+default file means "all defaults"; a missing file that was named explicitly is an error. Every
+key is declared once, below, as a field of a section dataclass with its default, its unit in
+the name and its constraints in ``metadata``; ``share/config.example.toml`` lists every key and
+a test checks the two agree.
+
+Only the composition roots (the CLI and the hooks) call ``load_settings``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_gpu.errors import ConfigError
+
+DEFAULT_PATH = "/etc/slurm-gpu/config.toml"
+ENV_VAR = "SLURM_GPU_CONFIG"
+
+
+def _opt(default: Any, doc: str, **constraints: Any) -> Any:
+    """A setting: its default, a one-line doc, and constraints (min, max, choices)."""
+    if isinstance(default, list | dict):
+        frozen = tuple(default) if isinstance(default, list) else default
+        return field(default_factory=lambda: frozen, metadata={"doc": doc, **constraints})
+    return field(default=default, metadata={"doc": doc, **constraints})
+
+
+@dataclass(frozen=True)
+class PathsSettings:
+    spool_dir: str = _opt("/var/spool/slurm-gpu", "Per-job telemetry written by the hooks (root, 0700).")
+    state_dir: str = _opt("/var/lib/slurm-gpu", "Collector state: locks, quarantine, default store file.")
+    log_file: str = _opt("/var/log/slurm-gpu/hooks.log", "Hook and sampler log; empty string logs to syslog.")
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    backend: str = _opt("nvml", "GPU telemetry source.", choices=("nvml", "virtual"))
+    virtual_dir: str = _opt("/var/lib/slurm-gpu/vgpu", "Directory of virtual GPUs (backend = virtual).")
+    interval_s: float = _opt(10.0, "Seconds between two readings of every GPU.", min=0.05, max=3600)
+    idle_threshold_pct: float = _opt(1.0, "A reading at or below this duty cycle counts as idle.", min=0, max=100)
+    timeline_points: int = _opt(512, "Most points kept in the per-job downsampled timeline.", min=16, max=100000)
+    checkpoint_interval_s: float = _opt(60.0, "Seconds between sampler checkpoints (bounds epilog recovery).", min=1, max=86400)
+
+
+@dataclass(frozen=True)
+class HooksSettings:
+    sampler_stop_timeout_s: float = _opt(3.0, "Epilog wait after SIGTERM before SIGKILL of the sampler.", min=0.1, max=60)
+    hook_timeout_s: float = _opt(20.0, "Hard limit on one prolog or epilog run, seconds.", min=1, max=300)
+    sampler_nice: int = _opt(10, "Nice value of the sampler process.", min=0, max=19)
+
+
+@dataclass(frozen=True)
+class AccountingSettings:
+    backend: str = _opt("sacct", "Where job metadata comes from.", choices=("sacct", "pyslurm"))
+    sacct_path: str = _opt("sacct", "sacct executable (absolute path recommended).")
+    timeout_s: float = _opt(60.0, "Timeout of one accounting query, seconds.", min=1, max=3600)
+    batch_size: int = _opt(500, "Jobs asked of sacct in one call.", min=1, max=100000)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    url: str = _opt("", "SQLAlchemy URL; empty means SQLite at <state_dir>/slurm-gpu.db.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
+
+    paths: PathsSettings = field(default_factory=PathsSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    hooks: HooksSettings = field(default_factory=HooksSettings)
+    accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    path: str | None = None
+    """The file these settings were read from; ``None`` when every value is a default."""
+
+    @property
+    def store_url(self) -> str:
+        """The store URL, with the SQLite default resolved."""
+        return self.store.url or f"sqlite:///{self.paths.state_dir}/slurm-gpu.db"
+
+
+def sections() -> dict[str, type[Any]]:
+    """Section name -> its dataclass, in declaration order."""
+    hints = typing.get_type_hints(Settings)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(Settings)
+        if f.name not in ("sources", "path")
+    }
+
+
+def config_path() -> tuple[str, bool]:
+    """The file to read and whether it was named explicitly (by ``SLURM_GPU_CONFIG``)."""
+    env = os.environ.get(ENV_VAR)
+    return (env, True) if env else (DEFAULT_PATH, False)
+
+
+def load_settings(path: str | None = None) -> Settings:
+    """Read and validate the configuration file.
+
+    ``path`` overrides ``SLURM_GPU_CONFIG`` and the default. Raises ``ConfigError`` naming the
+    key and the file for any bad value, unknown key or unreadable file.
+    """
+    explicit = path is not None
+    if path is None:
+        path, explicit = config_path()
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(
+                "configuration file not found", path=path,
+                hint=f"create it from share/config.example.toml or unset {ENV_VAR}",
+            ) from None
+        return parse_settings({}, path=None)
+    except PermissionError:
+        raise ConfigError(
+            "configuration file is not readable", path=path,
+            hint="make it readable (mode 0644) by the users who run gpueff",
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML ({exc})", path=path,
+                          hint="check the line named above") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
+    return parse_settings(data, path=path)
+
+
+def parse_settings(data: Mapping[str, Any], *, path: str | None) -> Settings:
+    """Validate a parsed TOML mapping into ``Settings`` (no I/O)."""
+    known = sections()
+    where = path or "<defaults>"
+    for name in data:
+        if name not in known:
+            raise ConfigError(
+                f"unknown section [{name}]", key=name, path=where,
+                hint=f"known sections: {', '.join(known)}",
+            )
+    built: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, cls in known.items():
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError("must be a table", key=name, path=where,
+                              hint=f"write it as [{name}]")
+        built[name], section_sources = _parse_section(name, cls, table, where)
+        sources.update(section_sources)
+    return Settings(**built, sources=sources, path=path)
+
+
+def _parse_section(
+    name: str, cls: type[Any], table: Mapping[str, Any], where: str
+) -> tuple[Any, dict[str, str]]:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                "unknown key", key=f"{name}.{key}", path=where,
+                hint=f"keys of [{name}]: {', '.join(fields)}",
+            )
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, f in fields.items():
+        dotted = f"{name}.{key}"
+        if key in table:
+            values[key] = _coerce(table[key], hints[key], f.metadata, dotted, where)
+            sources[dotted] = where
+        else:
+            sources[dotted] = "default"
+    return cls(**values), sources
+
+
+def _coerce(value: Any, hint: Any, meta: Mapping[str, Any], key: str, where: str) -> Any:
+    def bad(msg: str, hint_text: str | None = None) -> ConfigError:
+        return ConfigError(msg, key=key, path=where, hint=hint_text or meta.get("doc"))
+
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad(f"must be true or false, not {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(f"must be a whole number, not {value!r}")
+        out: Any = value
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad(f"must be a number, not {value!r}")
+        out = float(value)
+    elif hint is str:
+        if not isinstance(value, str):
+            raise bad(f"must be a string, not {value!r}")
+        out = value
+    elif origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad(f"must be a list of strings, not {value!r}")
+        out = tuple(value)
+    elif origin is dict or hint is dict or origin is Mapping:
+        if not isinstance(value, Mapping):
+            raise bad(f"must be a table, not {value!r}")
+        out = dict(value)
+    else:  # pragma: no cover - a declaration error, caught by the example-config test
+        raise bad(f"unsupported setting type {hint!r}")
+    if "choices" in meta and out not in meta["choices"]:
+        raise bad(f"must be one of {', '.join(map(repr, meta['choices']))}, not {out!r}")
+    if "min" in meta and out < meta["min"]:
+        raise bad(f"must be at least {meta['min']}, not {out!r}")
+    if "max" in meta and out > meta["max"]:
+        raise bad(f"must be at most {meta['max']}, not {out!r}")
+    return out
+
+
+def describe(settings: Settings) -> list[tuple[str, Any, str, str]]:
+    """Rows of (dotted key, effective value, where it came from, doc) for ``config show``."""
+    rows: list[tuple[str, Any, str, str]] = []
+    for name in sections():
+        section = getattr(settings, name)
+        for f in dataclasses.fields(section):
+            dotted = f"{name}.{f.name}"
+            rows.append((dotted, getattr(section, f.name),
+                         settings.sources.get(dotted, "default"), f.metadata.get("doc", "")))
+    return rows
