@@ -35,25 +35,43 @@ def _opt(default: Any, doc: str, **constraints: Any) -> Any:
 
 @dataclass(frozen=True)
 class PathsSettings:
-    spool_dir: str = _opt("/var/spool/slurm-gpu", "Per-job telemetry written by the hooks (root, 0700).")
-    state_dir: str = _opt("/var/lib/slurm-gpu", "Collector state: locks, quarantine, default store file.")
-    log_file: str = _opt("/var/log/slurm-gpu/hooks.log", "Hook and sampler log; empty string logs to syslog.")
+    spool_dir: str = _opt(
+        "/var/spool/slurm-gpu", "Per-job telemetry written by the hooks (root, 0700)."
+    )
+    state_dir: str = _opt(
+        "/var/lib/slurm-gpu", "Collector state: locks, quarantine, default store file."
+    )
+    log_file: str = _opt(
+        "/var/log/slurm-gpu/hooks.log", "Hook and sampler log; empty string logs to syslog."
+    )
 
 
 @dataclass(frozen=True)
 class TelemetrySettings:
     backend: str = _opt("nvml", "GPU telemetry source.", choices=("nvml", "virtual"))
-    virtual_dir: str = _opt("/var/lib/slurm-gpu/vgpu", "Directory of virtual GPUs (backend = virtual).")
+    virtual_dir: str = _opt(
+        "/var/lib/slurm-gpu/vgpu", "Directory of virtual GPUs (backend = virtual)."
+    )
     interval_s: float = _opt(10.0, "Seconds between two readings of every GPU.", min=0.05, max=3600)
-    idle_threshold_pct: float = _opt(1.0, "A reading at or below this duty cycle counts as idle.", min=0, max=100)
-    timeline_points: int = _opt(512, "Most points kept in the per-job downsampled timeline.", min=16, max=100000)
-    checkpoint_interval_s: float = _opt(60.0, "Seconds between sampler checkpoints (bounds epilog recovery).", min=1, max=86400)
+    idle_threshold_pct: float = _opt(
+        1.0, "A reading at or below this duty cycle counts as idle.", min=0, max=100
+    )
+    timeline_points: int = _opt(
+        512, "Most points kept in the per-job downsampled timeline.", min=16, max=100000
+    )
+    checkpoint_interval_s: float = _opt(
+        60.0, "Seconds between sampler checkpoints (bounds epilog recovery).", min=1, max=86400
+    )
 
 
 @dataclass(frozen=True)
 class HooksSettings:
-    sampler_stop_timeout_s: float = _opt(3.0, "Epilog wait after SIGTERM before SIGKILL of the sampler.", min=0.1, max=60)
-    hook_timeout_s: float = _opt(20.0, "Hard limit on one prolog or epilog run, seconds.", min=1, max=300)
+    sampler_stop_timeout_s: float = _opt(
+        3.0, "Epilog wait after SIGTERM before SIGKILL of the sampler.", min=0.1, max=60
+    )
+    hook_timeout_s: float = _opt(
+        20.0, "Hard limit on one prolog or epilog run, seconds.", min=1, max=300
+    )
     sampler_nice: int = _opt(10, "Nice value of the sampler process.", min=0, max=19)
 
 
@@ -120,18 +138,21 @@ def load_settings(path: str | None = None) -> Settings:
     except FileNotFoundError:
         if explicit:
             raise ConfigError(
-                "configuration file not found", path=path,
+                "configuration file not found",
+                path=path,
                 hint=f"create it from share/config.example.toml or unset {ENV_VAR}",
             ) from None
         return parse_settings({}, path=None)
     except PermissionError:
         raise ConfigError(
-            "configuration file is not readable", path=path,
+            "configuration file is not readable",
+            path=path,
             hint="make it readable (mode 0644) by the users who run gpueff",
         ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML ({exc})", path=path,
-                          hint="check the line named above") from None
+        raise ConfigError(
+            f"not valid TOML ({exc})", path=path, hint="check the line named above"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
     return parse_settings(data, path=path)
@@ -144,7 +165,9 @@ def parse_settings(data: Mapping[str, Any], *, path: str | None) -> Settings:
     for name in data:
         if name not in known:
             raise ConfigError(
-                f"unknown section [{name}]", key=name, path=where,
+                f"unknown section [{name}]",
+                key=name,
+                path=where,
                 hint=f"known sections: {', '.join(known)}",
             )
     built: dict[str, Any] = {}
@@ -152,8 +175,7 @@ def parse_settings(data: Mapping[str, Any], *, path: str | None) -> Settings:
     for name, cls in known.items():
         table = data.get(name, {})
         if not isinstance(table, Mapping):
-            raise ConfigError("must be a table", key=name, path=where,
-                              hint=f"write it as [{name}]")
+            raise ConfigError("must be a table", key=name, path=where, hint=f"write it as [{name}]")
         built[name], section_sources = _parse_section(name, cls, table, where)
         sources.update(section_sources)
     return Settings(**built, sources=sources, path=path)
@@ -167,7 +189,9 @@ def _parse_section(
     for key in table:
         if key not in fields:
             raise ConfigError(
-                "unknown key", key=f"{name}.{key}", path=where,
+                "unknown key",
+                key=f"{name}.{key}",
+                path=where,
                 hint=f"keys of [{name}]: {', '.join(fields)}",
             )
     values: dict[str, Any] = {}
@@ -229,6 +253,12 @@ def describe(settings: Settings) -> list[tuple[str, Any, str, str]]:
         section = getattr(settings, name)
         for f in dataclasses.fields(section):
             dotted = f"{name}.{f.name}"
-            rows.append((dotted, getattr(section, f.name),
-                         settings.sources.get(dotted, "default"), f.metadata.get("doc", "")))
+            rows.append(
+                (
+                    dotted,
+                    getattr(section, f.name),
+                    settings.sources.get(dotted, "default"),
+                    f.metadata.get("doc", ""),
+                )
+            )
     return rows

@@ -261,7 +261,7 @@ class NodeRecord:
     """True when the sampler sealed the record itself at SIGTERM; False when the epilog
     recovered it from the last checkpoint and the spool tail (sampler killed or crashed)."""
     notes: tuple[str, ...] = field(default=())
-    """Short machine-readable notes (``sampler_killed``, ``gpu_lost:GPU-…``, ``spool_truncated``)."""
+    """Short machine-readable notes (``sampler_killed``, ``gpu_lost:GPU-…``)."""
 
 
 # --------------------------------------------------------------------------- Slurm accounting

@@ -23,10 +23,16 @@ def show(ctx: click.Context, as_json: bool) -> None:
     settings = settings_from(ctx)
     rows = describe(settings)
     if as_json:
-        click.echo(json.dumps(
-            {"file": settings.path,
-             "settings": {k: {"value": v, "source": src} for k, v, src, _ in rows}},
-            indent=2, default=list))
+        click.echo(
+            json.dumps(
+                {
+                    "file": settings.path,
+                    "settings": {k: {"value": v, "source": src} for k, v, src, _ in rows},
+                },
+                indent=2,
+                default=list,
+            )
+        )
         return
     click.echo(f"# file: {settings.path or '(none: all defaults)'}")
     width = max(len(k) for k, *_ in rows)
