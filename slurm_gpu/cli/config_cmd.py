@@ -7,7 +7,7 @@ import json
 import click
 
 from slurm_gpu.cli.common import settings_from
-from slurm_gpu.config import describe
+from slurm_gpu.config import describe, example_toml
 
 
 @click.group("config")
@@ -46,3 +46,9 @@ def check(ctx: click.Context) -> None:
     """Exit 0 if the configuration parses and validates, 3 with the bad key otherwise."""
     settings = settings_from(ctx)
     click.echo(f"ok: {settings.path or 'defaults only'}")
+
+
+@cli.command("example")
+def example() -> None:
+    """Print a commented configuration file with every key at its default."""
+    click.echo(example_toml(), nl=False)
