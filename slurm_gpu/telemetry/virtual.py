@@ -1,0 +1,605 @@
+"""File-backed virtual GPUs, for machines (test clusters, CI, laptops) that have no GPU.
+
+A virtual GPU is a directory ``<virtual_dir>/<minor>/`` holding two JSON files:
+
+``identity.json``
+    What never changes: ``uuid`` (``GPU-<uuid4>``), ``minor_number``, ``name``,
+    ``memory_total_bytes``, ``power_limit_w``, ``idle_power_w``, ``max_power_w``,
+    ``compute_capability``, ``sm_clock_max_mhz``, ``sm_clock_idle_mhz``, ``memory_clock_mhz``,
+    ``pci_bus_id`` and ``nvlink`` (whether NVLink counters exist).
+``state.json``
+    Rewritten atomically (temporary file + rename) by the workload driving the GPU, every tick.
+    Like a real device it holds *cumulative* counters, so a reader polling at any rate gets
+    exact averages over its own interval: ``busy_s`` (seconds during which a kernel ran),
+    ``sm_active_s`` and ``tensor_active_s`` (busy seconds weighted by the share of SMs / tensor
+    cores active), ``energy_mj``, ``nvlink_tx_bytes``/``nvlink_rx_bytes``; and current values:
+    ``t_s`` (when written), ``power_w``, ``memory_used_bytes``, ``processes``
+    (``[{"pid", "used_memory_bytes", "start_ticks"}]``), ``throttle_reasons``,
+    ``pcie_tx_bytes_per_s``/``pcie_rx_bytes_per_s``, ``ecc_corrected_total``,
+    ``ecc_uncorrected_total``, ``xid_events`` (``[{"t_s", "xid"}]``) and ``samples``, a short
+    ring of recent ``[t_s, utilization_pct]`` sub-interval samples.
+
+``VirtualGpuSource`` reads them the way NVML reads a real GPU: the duty cycle of a reading is
+the ``busy_s`` delta over the time since the previous reading; when no workload writes any more
+(the state is older than ``STALE_AFTER_S``) the GPU is idle, draws its idle power and its energy
+counter keeps growing; processes whose pid has gone are dropped (and their memory freed, as the
+driver does). A GPU whose files vanished or are corrupt reads as ``available=False``; the
+others go on.
+
+``VirtualGpuDevice`` is the writer API used by the demo workloads.
+
+These directories are a *test fixture*: each GPU's directory and files are created
+world-writable (0777 and 0666; the top directory 0755) because jobs of any user drive the
+GPUs allocated to them. Never point ``telemetry.virtual_dir`` at a directory that matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import time
+import uuid as uuid_mod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_gpu.errors import TelemetryUnavailableError
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample
+from slurm_gpu.telemetry.base import THROTTLE_GPU_IDLE
+
+SCHEMA_VERSION = 1
+IDENTITY_FILE = "identity.json"
+STATE_FILE = "state.json"
+STALE_AFTER_S = 1.0
+"""A state older than this means no workload is driving the GPU (writers tick every
+0.1-0.25 s)."""
+SAMPLE_RING = 40
+"""Sub-interval samples kept in ``state.json`` (about 5-10 s of ticks)."""
+DIR_MODE = 0o777
+FILE_MODE = 0o666
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """Capacity and power envelope of a virtual GPU model."""
+
+    name: str
+    memory_total_bytes: int
+    power_limit_w: float
+    idle_power_w: float
+    max_power_w: float
+    compute_capability: tuple[int, int]
+    sm_clock_max_mhz: int
+    sm_clock_idle_mhz: int
+    memory_clock_mhz: int
+    nvlink: bool
+
+
+_MIB = 1024 * 1024
+
+#: Models ``slurm-gpu vgpu create --model`` knows; numbers from the vendors' data sheets.
+MODELS: dict[str, GpuModel] = {
+    "h100": GpuModel(
+        "NVIDIA H100 80GB HBM3", 81559 * _MIB, 700.0, 70.0, 690.0, (9, 0), 1980, 345, 2619, True
+    ),
+    "a100": GpuModel(
+        "NVIDIA A100-SXM4-40GB", 40960 * _MIB, 400.0, 55.0, 395.0, (8, 0), 1410, 210, 1215, True
+    ),
+    "v100": GpuModel(
+        "Tesla V100-SXM2-32GB", 32768 * _MIB, 300.0, 40.0, 295.0, (7, 0), 1530, 135, 877, True
+    ),
+    "l4": GpuModel("NVIDIA L4", 23034 * _MIB, 72.0, 16.0, 72.0, (8, 9), 2040, 210, 6251, False),
+}
+DEFAULT_MODEL = "h100"
+
+
+# --------------------------------------------------------------------------- file helpers
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write JSON to ``path`` by temporary file + rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = json.dumps(data, separators=(",", ":")).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        # fchmod because the umask of a job would otherwise make the file unwritable for the
+        # next job's user.
+        os.fchmod(fd, FILE_MODE)
+        os.write(fd, payload)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+def _pid_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or
+    ``None`` if the process does not exist. Used to tell a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_alive(entry: Mapping[str, Any]) -> bool:
+    pid = entry.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    ticks = _pid_start_ticks(pid)
+    if ticks is None:
+        return False
+    recorded = entry.get("start_ticks")
+    return recorded is None or recorded == ticks
+
+
+def gpu_dirs(virtual_dir: Path) -> list[tuple[int, Path]]:
+    """``(minor, directory)`` of every virtual GPU under ``virtual_dir``, by minor number."""
+    found = []
+    for child in virtual_dir.iterdir():
+        if child.name.isdigit() and child.is_dir():
+            found.append((int(child.name), child))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def create_gpus(
+    virtual_dir: str | os.PathLike[str],
+    count: int,
+    *,
+    model: str = DEFAULT_MODEL,
+    memory_gib: float | None = None,
+    clock: Clock = time.time,
+) -> list[GpuInfo]:
+    """Create virtual GPUs with minor numbers ``0..count-1`` (idempotent).
+
+    An existing GPU keeps its UUID and counters; its capacity is updated to the model given.
+    Returns the GPUs' identities. Raises ``TelemetryUnavailableError`` for an unknown model or an
+    unwritable directory.
+    """
+    if model not in MODELS:
+        raise TelemetryUnavailableError(
+            f"unknown virtual GPU model {model!r}", hint=f"known models: {', '.join(MODELS)}"
+        )
+    spec = MODELS[model]
+    memory_total = int(memory_gib * 1024**3) if memory_gib else spec.memory_total_bytes
+    root = Path(virtual_dir)
+    infos = []
+    try:
+        if not root.is_dir():
+            root.mkdir(parents=True)
+            # Users need not create or remove GPUs, only rewrite their state files.
+            os.chmod(root, 0o755)
+        for minor in range(count):
+            gpu_dir = root / str(minor)
+            gpu_dir.mkdir(exist_ok=True)
+            os.chmod(gpu_dir, DIR_MODE)
+            gpu_uuid = None
+            with contextlib.suppress(OSError, ValueError):
+                old = _read_json(gpu_dir / IDENTITY_FILE)
+                if isinstance(old.get("uuid"), str) and old["uuid"].startswith("GPU-"):
+                    gpu_uuid = old["uuid"]
+            identity = {
+                "schema": SCHEMA_VERSION,
+                "uuid": gpu_uuid or f"GPU-{uuid_mod.uuid4()}",
+                "minor_number": minor,
+                "name": spec.name,
+                "memory_total_bytes": memory_total,
+                "power_limit_w": spec.power_limit_w,
+                "idle_power_w": spec.idle_power_w,
+                "max_power_w": spec.max_power_w,
+                "compute_capability": list(spec.compute_capability),
+                "sm_clock_max_mhz": spec.sm_clock_max_mhz,
+                "sm_clock_idle_mhz": spec.sm_clock_idle_mhz,
+                "memory_clock_mhz": spec.memory_clock_mhz,
+                "pci_bus_id": f"00000000:{0x18 + minor:02X}:00.0",
+                "nvlink": spec.nvlink,
+            }
+            _write_json_atomic(gpu_dir / IDENTITY_FILE, identity)
+            state_path = gpu_dir / STATE_FILE
+            try:
+                _read_json(state_path)
+            except (OSError, ValueError):
+                _write_json_atomic(state_path, _initial_state(clock()))
+            infos.append(_info_from_identity(identity))
+    except OSError as exc:
+        raise TelemetryUnavailableError(
+            f"cannot create virtual GPUs in {root}: {exc.strerror or exc}",
+            hint="run as root or choose a writable --dir",
+        ) from None
+    return infos
+
+
+def _initial_state(now: float) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "t_s": now,
+        "busy_s": 0.0,
+        "sm_active_s": 0.0,
+        "tensor_active_s": 0.0,
+        "energy_mj": 0,
+        "power_w": None,
+        "memory_used_bytes": 0,
+        "processes": [],
+        "throttle_reasons": None,
+        "pcie_tx_bytes_per_s": 0.0,
+        "pcie_rx_bytes_per_s": 0.0,
+        "nvlink_tx_bytes": 0,
+        "nvlink_rx_bytes": 0,
+        "ecc_corrected_total": 0,
+        "ecc_uncorrected_total": 0,
+        "xid_events": [],
+        "samples": [],
+    }
+
+
+def _info_from_identity(identity: Mapping[str, Any]) -> GpuInfo:
+    cc = identity.get("compute_capability")
+    return GpuInfo(
+        uuid=str(identity["uuid"]),
+        index=int(identity["minor_number"]),
+        minor_number=int(identity["minor_number"]),
+        name=identity.get("name"),
+        memory_total_bytes=identity.get("memory_total_bytes"),
+        power_limit_w=identity.get("power_limit_w"),
+        pci_bus_id=identity.get("pci_bus_id"),
+        compute_capability=(int(cc[0]), int(cc[1])) if isinstance(cc, list) and cc else None,
+    )
+
+
+# --------------------------------------------------------------------------- writer
+
+
+class VirtualGpuDevice:
+    """Drives one virtual GPU the way a training process drives a real one.
+
+    Typical use, once per tick of a workload::
+
+        dev = VirtualGpuDevice.open(virtual_dir, minor)
+        dev.attach(memory_bytes=30 * 2**30)     # this process now "uses" the GPU
+        dev.tick(duty=0.95, sm_active=0.8)      # since the last tick a kernel ran 95 % of the time
+        ...
+        dev.detach()                            # process done: memory freed
+
+    Every call that changes the state rewrites ``state.json`` atomically. Counters continue
+    from what the file held, so they are monotonic across jobs like a real device's.
+    """
+
+    def __init__(self, gpu_dir: Path, identity: Mapping[str, Any], clock: Clock = time.time):
+        self.gpu_dir = gpu_dir
+        self.identity = dict(identity)
+        self.info = _info_from_identity(identity)
+        self._clock = clock
+        self._rng = random.Random()
+        now = clock()
+        try:
+            state = _read_json(gpu_dir / STATE_FILE)
+        except (OSError, ValueError):
+            state = _initial_state(now)
+        base = _initial_state(now)
+        base.update({k: v for k, v in state.items() if k in base})
+        # Energy drawn at idle power while no workload was writing, as the device would have.
+        last = float(base["t_s"]) if isinstance(base["t_s"], int | float) else now
+        base["energy_mj"] = int(base["energy_mj"] or 0) + int(
+            max(0.0, now - last) * self.idle_power_w * 1000
+        )
+        base["t_s"] = now
+        base["power_w"] = self.idle_power_w
+        # Processes of earlier jobs that died without detaching are gone from a real GPU too.
+        base["processes"] = [p for p in base["processes"] if _process_alive(p)]
+        if not base["processes"]:
+            base["memory_used_bytes"] = 0
+        self.state: dict[str, Any] = base
+
+    @classmethod
+    def open(
+        cls, virtual_dir: str | os.PathLike[str], minor: int, *, clock: Clock = time.time
+    ) -> VirtualGpuDevice:
+        """Open virtual GPU ``minor`` for writing. Raises ``TelemetryUnavailableError`` if it
+        does not exist."""
+        gpu_dir = Path(virtual_dir) / str(minor)
+        try:
+            identity = _read_json(gpu_dir / IDENTITY_FILE)
+            _info_from_identity(identity)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TelemetryUnavailableError(
+                f"virtual GPU {minor} in {virtual_dir} cannot be opened ({exc})",
+                hint="create it with: slurm-gpu vgpu create --dir DIR --count N",
+            ) from None
+        return cls(gpu_dir, identity, clock)
+
+    @property
+    def uuid(self) -> str:
+        return self.info.uuid
+
+    @property
+    def memory_total_bytes(self) -> int:
+        return int(self.identity["memory_total_bytes"])
+
+    @property
+    def idle_power_w(self) -> float:
+        return float(self.identity.get("idle_power_w", 0.0))
+
+    @property
+    def max_power_w(self) -> float:
+        return float(self.identity.get("max_power_w", self.idle_power_w))
+
+    # -- processes and memory
+
+    def attach(self, pid: int | None = None, memory_bytes: int = 0) -> None:
+        """Register ``pid`` (default: this process) as a compute process using ``memory_bytes``."""
+        pid = os.getpid() if pid is None else pid
+        procs = [p for p in self.state["processes"] if p.get("pid") != pid]
+        procs.append({"pid": pid, "used_memory_bytes": 0, "start_ticks": _pid_start_ticks(pid)})
+        self.state["processes"] = procs
+        self.set_memory(memory_bytes, pid=pid)
+
+    def detach(self, pid: int | None = None) -> None:
+        """Unregister ``pid`` (default: this process) and free its memory."""
+        pid = os.getpid() if pid is None else pid
+        self.state["processes"] = [p for p in self.state["processes"] if p.get("pid") != pid]
+        self._sum_memory()
+        self.tick(0.0)
+
+    def set_memory(self, used_bytes: int, pid: int | None = None) -> None:
+        """Set the memory ``pid`` (default: this process) holds, clamped to the capacity."""
+        pid = os.getpid() if pid is None else pid
+        used = max(0, min(int(used_bytes), self.memory_total_bytes))
+        for proc in self.state["processes"]:
+            if proc.get("pid") == pid:
+                proc["used_memory_bytes"] = used
+        self._sum_memory()
+        self.flush()
+
+    def _sum_memory(self) -> None:
+        total = sum(int(p.get("used_memory_bytes") or 0) for p in self.state["processes"])
+        self.state["memory_used_bytes"] = min(total, self.memory_total_bytes)
+
+    # -- activity
+
+    def tick(
+        self,
+        duty: float,
+        *,
+        sm_active: float | None = None,
+        tensor_active: float = 0.0,
+        nvlink_tx_bytes_per_s: float = 0.0,
+        nvlink_rx_bytes_per_s: float = 0.0,
+        pcie_tx_bytes_per_s: float = 0.0,
+        pcie_rx_bytes_per_s: float = 0.0,
+    ) -> None:
+        """Account the time since the previous tick: a kernel ran ``duty`` (0-1) of it.
+
+        ``sm_active`` is the share of SMs busy while a kernel ran (default 0.8),
+        ``tensor_active`` the share of cycles the tensor cores worked while a kernel ran.
+        Throughputs are bytes per second over the tick. Power follows the duty cycle.
+        """
+        now = self._clock()
+        dt = max(0.0, now - float(self.state["t_s"]))
+        duty = min(1.0, max(0.0, duty))
+        sm = 0.8 if sm_active is None else min(1.0, max(0.0, sm_active))
+        st = self.state
+        st["busy_s"] = float(st["busy_s"]) + duty * dt
+        st["sm_active_s"] = float(st["sm_active_s"]) + duty * sm * dt
+        st["tensor_active_s"] = float(st["tensor_active_s"]) + duty * min(1.0, tensor_active) * dt
+        power = self.idle_power_w + (self.max_power_w - self.idle_power_w) * duty * (0.6 + 0.4 * sm)
+        power *= 1.0 + self._rng.uniform(-0.02, 0.02)
+        st["power_w"] = round(min(power, float(self.identity.get("power_limit_w") or power)), 2)
+        st["energy_mj"] = int(st["energy_mj"]) + int(st["power_w"] * dt * 1000)
+        st["nvlink_tx_bytes"] = int(st["nvlink_tx_bytes"]) + int(nvlink_tx_bytes_per_s * dt)
+        st["nvlink_rx_bytes"] = int(st["nvlink_rx_bytes"]) + int(nvlink_rx_bytes_per_s * dt)
+        st["pcie_tx_bytes_per_s"] = pcie_tx_bytes_per_s
+        st["pcie_rx_bytes_per_s"] = pcie_rx_bytes_per_s
+        st["t_s"] = now
+        if dt > 0:
+            st["samples"] = [*st["samples"], [now, round(duty * 100.0, 2)]][-SAMPLE_RING:]
+        self.flush()
+
+    def set_throttle(self, reasons: int | None) -> None:
+        """Report an NVML clock-event-reason bitmask (``None``: derive idle/none from duty)."""
+        self.state["throttle_reasons"] = reasons
+        self.flush()
+
+    def inject_xid(self, xid: int) -> None:
+        """Report an XID error event now (e.g. 79: fallen off the bus, 48: double-bit ECC)."""
+        events = [*self.state["xid_events"], {"t_s": self._clock(), "xid": int(xid)}]
+        self.state["xid_events"] = events[-32:]
+        self.flush()
+
+    def add_ecc_errors(self, corrected: int = 0, uncorrected: int = 0) -> None:
+        """Add to the volatile ECC error counters."""
+        self.state["ecc_corrected_total"] = int(self.state["ecc_corrected_total"]) + corrected
+        self.state["ecc_uncorrected_total"] = int(self.state["ecc_uncorrected_total"]) + uncorrected
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the state file now (atomically)."""
+        _write_json_atomic(self.gpu_dir / STATE_FILE, self.state)
+
+
+# --------------------------------------------------------------------------- reader
+
+
+@dataclass(slots=True)
+class _Previous:
+    ref_s: float
+    busy_s: float
+    sm_active_s: float
+    tensor_active_s: float
+    energy_mj: int
+    last_sample_s: float
+    last_xid_s: float
+
+
+class VirtualGpuSource:
+    """``TelemetrySource`` over the virtual GPUs in ``virtual_dir``."""
+
+    name = "virtual"
+
+    def __init__(self, virtual_dir: str | os.PathLike[str], *, clock: Clock = time.time) -> None:
+        self.virtual_dir = Path(virtual_dir)
+        self._clock = clock
+        self._created_s = clock()
+        self._dirs: dict[str, Path] = {}
+        self._previous: dict[str, _Previous] = {}
+        if not self.virtual_dir.is_dir():
+            raise TelemetryUnavailableError(
+                f"virtual GPU directory {self.virtual_dir} does not exist",
+                hint=(
+                    f"create it with: slurm-gpu vgpu create --dir {self.virtual_dir} --count 4, "
+                    'or set telemetry.backend = "nvml" on a node with GPUs'
+                ),
+            )
+
+    def list_gpus(self) -> Sequence[GpuInfo]:
+        """Every virtual GPU whose identity can be read, by minor number."""
+        infos = []
+        try:
+            dirs = gpu_dirs(self.virtual_dir)
+        except OSError as exc:
+            raise TelemetryUnavailableError(
+                f"cannot list virtual GPUs in {self.virtual_dir}: {exc.strerror or exc}"
+            ) from None
+        for _minor, gpu_dir in dirs:
+            try:
+                info = _info_from_identity(_read_json(gpu_dir / IDENTITY_FILE))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a broken GPU is not listed; the others are
+            self._dirs[info.uuid] = gpu_dir
+            infos.append(info)
+        return infos
+
+    def sample(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
+        """Read each virtual GPU once; ``available=False`` for one that vanished or is corrupt."""
+        if any(u not in self._dirs for u in uuids):
+            with contextlib.suppress(TelemetryUnavailableError):
+                self.list_gpus()
+        now = self._clock()
+        out = []
+        for gpu_uuid in uuids:
+            try:
+                out.append(self._sample_one(gpu_uuid, now))
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
+                out.append(GpuSample(uuid=gpu_uuid, time_s=now, available=False))
+        return out
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _sample_one(self, gpu_uuid: str, now: float) -> GpuSample:
+        gpu_dir = self._dirs[gpu_uuid]
+        identity = _read_json(gpu_dir / IDENTITY_FILE)
+        if identity.get("uuid") != gpu_uuid:
+            raise KeyError(gpu_uuid)  # the directory now holds another GPU
+        st = _read_json(gpu_dir / STATE_FILE)
+        t_file = float(st["t_s"])
+        fresh = now - t_file <= STALE_AFTER_S
+        idle_w = float(identity.get("idle_power_w", 0.0))
+        busy = float(st["busy_s"])
+        sm_s = float(st.get("sm_active_s", 0.0))
+        tensor_s = float(st.get("tensor_active_s", 0.0))
+        power = float(st["power_w"]) if fresh and st.get("power_w") is not None else idle_w
+        energy = int(st["energy_mj"]) + int(max(0.0, now - t_file) * power * 1000)
+        samples = [(float(t), float(u)) for t, u in st.get("samples", [])]
+        # While a writer is alive its counters are exact at t_file; once it has stopped they
+        # are exact up to now (nothing runs), so the reference time is now.
+        ref = t_file if fresh else now
+        prev = self._previous.get(gpu_uuid)
+        util: float
+        sm_pct: float | None
+        tensor_pct: float | None
+        if prev is not None and ref > prev.ref_s:
+            span = ref - prev.ref_s
+            util = (busy - prev.busy_s) / span * 100.0
+            sm_pct = (sm_s - prev.sm_active_s) / span * 100.0
+            tensor_pct = (tensor_s - prev.tensor_active_s) / span * 100.0
+        elif prev is not None:
+            util, sm_pct, tensor_pct = 0.0, 0.0, 0.0
+        else:
+            # First reading: like NVML, report the most recent driver sample period.
+            util = samples[-1][1] if fresh and samples else 0.0
+            sm_pct, tensor_pct = None, None
+        util = min(100.0, max(0.0, util))
+        last_sample_s = prev.last_sample_s if prev else 0.0
+        new_samples = tuple(u for t, u in samples if t > last_sample_s)
+        last_xid_s = prev.last_xid_s if prev else self._created_s
+        xids = [(float(e["t_s"]), int(e["xid"])) for e in st.get("xid_events", [])]
+        new_xids = tuple(x for t, x in xids if t > last_xid_s)
+        if prev is not None:
+            energy = max(energy, prev.energy_mj)  # the extrapolation must stay monotonic
+        self._previous[gpu_uuid] = _Previous(
+            ref_s=max(ref, prev.ref_s) if prev else ref,
+            busy_s=busy,
+            sm_active_s=sm_s,
+            tensor_active_s=tensor_s,
+            energy_mj=energy,
+            last_sample_s=max([last_sample_s, *(t for t, _ in samples)]),
+            last_xid_s=max([last_xid_s, *(t for t, _ in xids)]),
+        )
+        procs = tuple(
+            GpuProcess(pid=int(p["pid"]), used_memory_bytes=p.get("used_memory_bytes"))
+            for p in st.get("processes", [])
+            if _process_alive(p)
+        )
+        mem_used = sum(p.used_memory_bytes or 0 for p in procs) if procs else 0
+        total = int(identity["memory_total_bytes"])
+        if procs and fresh:
+            mem_used = int(st.get("memory_used_bytes", mem_used))
+        max_w = float(identity.get("max_power_w", idle_w)) or 1.0
+        throttle = st.get("throttle_reasons")
+        if throttle is None:
+            throttle = THROTTLE_GPU_IDLE if util == 0.0 else 0
+        has_gpm = _info_from_identity(identity).compute_capability or (0, 0)
+        gpm = has_gpm >= (9, 0)
+        active = util > 0.0
+        return GpuSample(
+            uuid=gpu_uuid,
+            time_s=now,
+            available=True,
+            utilization_pct=round(util, 3),
+            utilization_samples_pct=new_samples,
+            memory_utilization_pct=round(util * 0.4, 3),
+            memory_used_bytes=min(mem_used, total),
+            memory_total_bytes=total,
+            power_w=round(power, 2),
+            energy_mj=energy,
+            sm_clock_mhz=int(identity["sm_clock_max_mhz" if active else "sm_clock_idle_mhz"]),
+            memory_clock_mhz=int(identity.get("memory_clock_mhz", 0)) or None,
+            throttle_reasons=int(throttle),
+            temperature_c=round(30.0 + 45.0 * min(1.0, power / max_w), 1),
+            pcie_tx_bytes_per_s=float(st.get("pcie_tx_bytes_per_s", 0.0)) if fresh else 0.0,
+            pcie_rx_bytes_per_s=float(st.get("pcie_rx_bytes_per_s", 0.0)) if fresh else 0.0,
+            nvlink_tx_bytes=int(st.get("nvlink_tx_bytes", 0)) if identity.get("nvlink") else None,
+            nvlink_rx_bytes=int(st.get("nvlink_rx_bytes", 0)) if identity.get("nvlink") else None,
+            ecc_corrected_total=int(st.get("ecc_corrected_total", 0)),
+            ecc_uncorrected_total=int(st.get("ecc_uncorrected_total", 0)),
+            xid_events=new_xids,
+            processes=procs,
+            sm_active_pct=_clamp_pct(sm_pct) if gpm else None,
+            sm_occupancy_pct=None,
+            tensor_active_pct=_clamp_pct(tensor_pct) if gpm else None,
+        )
+
+
+def _clamp_pct(value: float | None) -> float | None:
+    return None if value is None else round(min(100.0, max(0.0, value)), 3)

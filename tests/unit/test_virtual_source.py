@@ -1,0 +1,288 @@
+"""Virtual GPUs: the writer's counters and the source's readings, on a fake clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_gpu.cli.admin import cli
+from slurm_gpu.errors import TelemetryUnavailableError
+from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.telemetry.virtual import (
+    MODELS,
+    STATE_FILE,
+    VirtualGpuDevice,
+    VirtualGpuSource,
+    create_gpus,
+)
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def vdir(tmp_path: Path, clock: FakeClock) -> Path:
+    create_gpus(tmp_path / "vgpu", 2, clock=clock)
+    return tmp_path / "vgpu"
+
+
+def drive(
+    dev: VirtualGpuDevice, clock: FakeClock, duty: float, seconds: float, **kw: float
+) -> None:
+    """Tick every 0.2 s for ``seconds`` at ``duty``."""
+    for _ in range(round(seconds / 0.2)):
+        clock.advance(0.2)
+        dev.tick(duty, **kw)
+
+
+def test_source_implements_protocol(vdir: Path, clock: FakeClock) -> None:
+    assert isinstance(VirtualGpuSource(vdir, clock=clock), TelemetrySource)
+
+
+def test_list_gpus_gives_minor_numbers_and_uuids(vdir: Path, clock: FakeClock) -> None:
+    infos = VirtualGpuSource(vdir, clock=clock).list_gpus()
+    assert [i.minor_number for i in infos] == [0, 1]
+    assert all(i.uuid.startswith("GPU-") for i in infos)
+    assert len({i.uuid for i in infos}) == 2
+    assert infos[0].memory_total_bytes == MODELS["h100"].memory_total_bytes
+
+
+def test_create_is_idempotent_and_keeps_uuids_and_counters(vdir: Path, clock: FakeClock) -> None:
+    before = [i.uuid for i in VirtualGpuSource(vdir, clock=clock).list_gpus()]
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    dev.attach(memory_bytes=1000)
+    drive(dev, clock, 1.0, 2.0)
+    busy = json.loads((vdir / "0" / STATE_FILE).read_text())["busy_s"]
+    after = create_gpus(vdir, 3, model="a100", memory_gib=10, clock=clock)
+    assert [i.uuid for i in after][:2] == before
+    assert after[0].memory_total_bytes == 10 * 1024**3
+    assert json.loads((vdir / "0" / STATE_FILE).read_text())["busy_s"] == busy
+
+
+def test_create_rejects_unknown_model(tmp_path: Path) -> None:
+    with pytest.raises(TelemetryUnavailableError, match="unknown virtual GPU model"):
+        create_gpus(tmp_path / "v", 1, model="tpu")
+
+
+def test_missing_directory_is_unavailable_with_hint(tmp_path: Path) -> None:
+    with pytest.raises(TelemetryUnavailableError) as err:
+        VirtualGpuSource(tmp_path / "absent")
+    assert err.value.hint and "vgpu create" in err.value.hint
+
+
+@pytest.mark.parametrize("duty", [0.0, 0.25, 0.5, 0.95, 1.0])
+def test_duty_cycle_is_busy_delta_over_polling_interval(
+    vdir: Path, clock: FakeClock, duty: float
+) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    dev.attach(memory_bytes=2**30)
+    source.sample([gpu])
+    drive(dev, clock, duty, 3.0)
+    (reading,) = source.sample([gpu])
+    assert reading.utilization_pct == pytest.approx(duty * 100, abs=0.01)
+    assert len(reading.utilization_samples_pct) == 15
+
+
+def test_duty_cycle_counts_idle_time_after_the_writer_stopped(vdir: Path, clock: FakeClock) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    source.sample([gpu])
+    drive(dev, clock, 1.0, 2.0)  # busy for 2 s ...
+    clock.advance(8.0)  # ... then nobody writes for 8 s
+    (reading,) = source.sample([gpu])
+    assert reading.utilization_pct == pytest.approx(20.0, abs=0.01)
+    clock.advance(5.0)
+    (reading,) = source.sample([gpu])
+    assert reading.utilization_pct == 0.0
+    assert reading.utilization_samples_pct == ()
+    assert reading.power_w == MODELS["h100"].idle_power_w
+
+
+def test_subinterval_samples_are_only_new_ones(vdir: Path, clock: FakeClock) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    source.sample([gpu])
+    drive(dev, clock, 0.5, 1.0)
+    first = source.sample([gpu])[0].utilization_samples_pct
+    drive(dev, clock, 1.0, 0.6)
+    second = source.sample([gpu])[0].utilization_samples_pct
+    assert first == (50.0,) * 5
+    assert second == (100.0,) * 3
+
+
+def test_energy_counter_is_monotonic_and_keeps_counting_at_idle(
+    vdir: Path, clock: FakeClock
+) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    e0 = source.sample([gpu])[0].energy_mj
+    clock.advance(10.0)
+    e1 = source.sample([gpu])[0].energy_mj
+    assert e0 is not None and e1 is not None
+    assert e1 - e0 == pytest.approx(MODELS["h100"].idle_power_w * 10 * 1000, rel=1e-3)
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    energies = []
+    for _ in range(10):
+        drive(dev, clock, 1.0, 0.4)
+        energies.append(source.sample([gpu])[0].energy_mj)
+    assert energies == sorted(energies)
+    assert energies[-1] > e1
+
+
+def test_processes_with_dead_pids_are_dropped_and_memory_freed(
+    vdir: Path, clock: FakeClock
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+        dev.attach(pid=child.pid, memory_bytes=5 * 2**30)
+        dev.attach(memory_bytes=2**30)
+        source = VirtualGpuSource(vdir, clock=clock)
+        gpu = source.list_gpus()[0].uuid
+        pids = {p.pid for p in source.sample([gpu])[0].processes or ()}
+        assert pids == {child.pid, os.getpid()}
+    finally:
+        child.kill()
+        child.wait()
+    reading = source.sample([gpu])[0]
+    assert {p.pid for p in reading.processes or ()} == {os.getpid()}
+    dev.detach()
+    clock.advance(5)
+    reading = source.sample([gpu])[0]
+    assert reading.processes == ()
+    assert reading.memory_used_bytes == 0
+
+
+def test_reused_pid_is_not_taken_for_the_old_process(vdir: Path, clock: FakeClock) -> None:
+    state_path = vdir / "0" / STATE_FILE
+    state = json.loads(state_path.read_text())
+    state["processes"] = [{"pid": os.getpid(), "used_memory_bytes": 1, "start_ticks": 1}]
+    state_path.write_text(json.dumps(state))
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    assert source.sample([gpu])[0].processes == ()
+
+
+@pytest.mark.parametrize("damage", ["delete_state", "corrupt_state", "delete_gpu", "not_object"])
+def test_broken_gpu_is_unavailable_and_others_go_on(
+    vdir: Path, clock: FakeClock, damage: str
+) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    uuids = [i.uuid for i in source.list_gpus()]
+    state = vdir / "0" / STATE_FILE
+    if damage == "delete_state":
+        state.unlink()
+    elif damage == "corrupt_state":
+        state.write_text('{"t_s": 12, "busy')
+    elif damage == "not_object":
+        state.write_text("[1, 2]")
+    else:
+        for f in (vdir / "0").iterdir():
+            f.unlink()
+        (vdir / "0").rmdir()
+    broken, healthy = source.sample(uuids)
+    assert broken.uuid == uuids[0] and not broken.available
+    assert broken.utilization_pct is None and broken.memory_used_bytes is None
+    assert healthy.available and healthy.utilization_pct == 0.0
+
+
+def test_unknown_uuid_reads_as_unavailable(vdir: Path, clock: FakeClock) -> None:
+    (reading,) = VirtualGpuSource(vdir, clock=clock).sample(["GPU-not-here"])
+    assert not reading.available
+
+
+def test_xid_events_reported_once_and_only_after_the_source_started(
+    vdir: Path, clock: FakeClock
+) -> None:
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    dev.inject_xid(13)  # before the source existed: belongs to an earlier job
+    clock.advance(1)
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    clock.advance(1)
+    dev.inject_xid(79)
+    assert source.sample([gpu])[0].xid_events == (79,)
+    assert source.sample([gpu])[0].xid_events == ()
+
+
+def test_activity_ratios_nvlink_and_throttle(vdir: Path, clock: FakeClock) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    first = source.sample([gpu])[0]
+    drive(dev, clock, 0.5, 2.0, sm_active=0.6, tensor_active=0.5, nvlink_tx_bytes_per_s=1e9)
+    dev.set_throttle(0x4)
+    reading = source.sample([gpu])[0]
+    assert reading.sm_active_pct == pytest.approx(30.0, abs=0.01)
+    assert reading.tensor_active_pct == pytest.approx(25.0, abs=0.01)
+    assert first.nvlink_tx_bytes is not None and reading.nvlink_tx_bytes is not None
+    assert reading.nvlink_tx_bytes - first.nvlink_tx_bytes == pytest.approx(2e9, rel=1e-6)
+    assert reading.throttle_reasons == 0x4
+
+
+def test_gpu_without_gpm_reports_no_sm_activity(tmp_path: Path, clock: FakeClock) -> None:
+    create_gpus(tmp_path, 1, model="a100", clock=clock)
+    source = VirtualGpuSource(tmp_path, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    source.sample([gpu])
+    clock.advance(1)
+    reading = source.sample([gpu])[0]
+    assert reading.sm_active_pct is None and reading.tensor_active_pct is None
+
+
+def test_files_are_writable_by_other_users(vdir: Path, clock: FakeClock) -> None:
+    dev = VirtualGpuDevice.open(vdir, 1, clock=clock)
+    old = os.umask(0o077)
+    try:
+        dev.tick(0.5)
+    finally:
+        os.umask(old)
+    assert (vdir / "1").stat().st_mode & 0o777 == 0o777
+    assert (vdir / "1" / STATE_FILE).stat().st_mode & 0o777 == 0o666
+
+
+def test_open_missing_gpu_has_hint(vdir: Path) -> None:
+    with pytest.raises(TelemetryUnavailableError) as err:
+        VirtualGpuDevice.open(vdir, 9)
+    assert err.value.hint and "vgpu create" in err.value.hint
+
+
+def test_vgpu_cli_create_twice_then_show(tmp_path: Path) -> None:
+    runner = CliRunner()
+    target = str(tmp_path / "v")
+    first = runner.invoke(cli, ["vgpu", "create", "--dir", target, "--count", "2"])
+    second = runner.invoke(cli, ["vgpu", "create", "--dir", target, "--count", "2"])
+    assert first.exit_code == 0 and first.output == second.output
+    shown = runner.invoke(cli, ["vgpu", "show", "--dir", target, "--json"])
+    assert shown.exit_code == 0
+    rows = json.loads(shown.output)
+    assert [r["uuid"] for r in rows] == [line.split("\t")[1] for line in first.output.splitlines()]
+
+
+def test_vgpu_cli_show_missing_dir_exits_7(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["vgpu", "show", "--dir", str(tmp_path / "none")])
+    assert result.exit_code == 7
+    assert "does not exist" in result.output
