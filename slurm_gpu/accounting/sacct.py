@@ -1,0 +1,471 @@
+"""``SacctSource``: job metadata from the ``sacct`` command (every Slurm version).
+
+Record framing. ``sacct --parsable2`` has no quoting: a ``|`` or a newline inside a job name,
+a comment or a working directory would break a naive ``split("\\n")`` / ``split("|")``. So we
+
+* use a multi-character delimiter made of ASCII unit separators around a pipe (``DELIM``),
+  which no real job name contains;
+* ask for ``JobIDRaw`` both first and last: a record is ``<id> DELIM … DELIM <id> \\n``, and we
+  find its end by searching for ``DELIM <the same id> \\n``. A newline inside any field is then
+  harmless, and a record whose two ids disagree cannot be mistaken for a good one;
+* if a record still has more fields than asked (a name that contains ``DELIM`` itself), the
+  surplus is given back to ``JobName``; a record with too few fields is counted in
+  ``ParseResult.skipped`` instead of raising.
+
+Times come as epoch seconds (``SLURM_TIME_FORMAT=%s``); durations and limits come raw
+(``ElapsedRaw``, ``TimelimitRaw``) with the formatted fields as a fallback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_gpu.accounting.hostlist import expand_hostlist
+from slurm_gpu.accounting.jobids import parse_job_id
+from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
+from slurm_gpu.accounting.tres import mem_bytes, parse_mem, parse_tres
+from slurm_gpu.errors import AccountingError
+from slurm_gpu.records import JobRecord
+
+DELIM = "\x1f|\x1f"
+
+#: Fields asked of sacct, in order. ``JobIDRaw`` is repeated last as the record terminator.
+FIELDS: tuple[str, ...] = (
+    "JobIDRaw",
+    "JobID",
+    "State",
+    "ExitCode",
+    "DerivedExitCode",
+    "User",
+    "UID",
+    "Account",
+    "Partition",
+    "QOS",
+    "AllocCPUS",
+    "NNodes",
+    "ReqMem",
+    "AllocTRES",
+    "ReqTRES",
+    "MaxRSS",
+    "TotalCPU",
+    "ElapsedRaw",
+    "Elapsed",
+    "TimelimitRaw",
+    "Timelimit",
+    "Submit",
+    "Start",
+    "End",
+    "NodeList",
+    "JobName",
+    "Comment",
+    "AdminComment",
+    "WorkDir",
+    "JobIDRaw",
+)
+_NAME_INDEX = FIELDS.index("JobName")
+_RAW_ID_RE = re.compile(r"^\d+(?:\.[A-Za-z0-9_+\-]+)?$")
+_UNKNOWN = frozenset({"", "Unknown", "None", "(null)", "N/A"})
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    """Records parsed from one sacct output, keyed by raw job id, and how many records had to
+    be skipped as malformed."""
+
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    skipped: int = 0
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def split_records(text: str) -> tuple[list[list[str]], int]:
+    """Split sacct output into records of ``len(FIELDS)`` fields each.
+
+    Returns ``(records, skipped)``. Never raises.
+    """
+    records: list[list[str]] = []
+    skipped = 0
+    pos = 0
+    n = len(text)
+    dlen = len(DELIM)
+    while pos < n:
+        if text[pos] == "\n":
+            pos += 1
+            continue
+        first_end = text.find(DELIM, pos)
+        raw_id = text[pos:first_end] if first_end >= 0 else ""
+        if first_end < 0 or not _RAW_ID_RE.match(raw_id):
+            skipped += 1
+            pos = _next_line(text, pos)
+            continue
+        terminator = DELIM + raw_id + "\n"
+        end = text.find(terminator, first_end)
+        if end < 0:
+            tail = DELIM + raw_id
+            if text.endswith(tail) and len(text) - len(tail) >= first_end:
+                end = len(text) - len(tail)
+                next_pos = n
+            else:
+                skipped += 1
+                pos = _next_line(text, pos)
+                continue
+        else:
+            next_pos = end + len(terminator)
+        body = text[first_end + dlen : end] if end > first_end else ""
+        fields = [raw_id, *body.split(DELIM), raw_id] if end > first_end else [raw_id, raw_id]
+        fitted = _fit(fields)
+        if fitted is None:
+            skipped += 1
+        else:
+            records.append(fitted)
+        pos = next_pos
+    return records, skipped
+
+
+def _next_line(text: str, pos: int) -> int:
+    nl = text.find("\n", pos)
+    return len(text) if nl < 0 else nl + 1
+
+
+def _fit(fields: list[str]) -> list[str] | None:
+    """Give surplus pieces back to JobName; ``None`` when there are too few fields."""
+    want = len(FIELDS)
+    if len(fields) == want:
+        return fields
+    if len(fields) < want:
+        return None
+    extra = len(fields) - want
+    name = DELIM.join(fields[_NAME_INDEX : _NAME_INDEX + extra + 1])
+    return [*fields[:_NAME_INDEX], name, *fields[_NAME_INDEX + extra + 1 :]]
+
+
+# --------------------------------------------------------------------------- field parsing
+
+
+def _opt_str(value: str) -> str | None:
+    return None if value in _UNKNOWN else value
+
+
+def _opt_int(value: str) -> int | None:
+    value = value.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _epoch(value: str) -> float | None:
+    """Epoch seconds, or ``None`` for ``Unknown``/``None``/``0`` (never happened)."""
+    number = _opt_int(value)
+    if number is None or number <= 0:
+        return None
+    return float(number)
+
+
+def parse_duration(value: str) -> float | None:
+    """Parse sacct durations: ``[D-]HH:MM:SS``, ``MM:SS.mmm``, ``HH:MM:SS.mmm``; ``None`` for
+    ``UNLIMITED``, ``Partition_Limit``, empty or malformed."""
+    value = value.strip()
+    if not value or value in _UNKNOWN or not value[0].isdigit():
+        return None
+    days = 0
+    if "-" in value:
+        day_text, value = value.split("-", 1)
+        if not day_text.isdigit():
+            return None
+        days = int(day_text)
+    parts = value.split(":")
+    try:
+        numbers = [float(p) for p in parts]
+    except ValueError:
+        return None
+    if len(numbers) == 3:
+        h, m, s = numbers
+    elif len(numbers) == 2:
+        h, (m, s) = 0.0, numbers
+    elif len(numbers) == 1:
+        # A bare number of minutes (Timelimit without separators).
+        h, m, s = 0.0, numbers[0], 0.0
+    else:
+        return None
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+def parse_state(value: str) -> tuple[str, int | None]:
+    """``CANCELLED by 1001`` -> ``("CANCELLED", 1001)``; ``COMPLETED`` -> ``(…, None)``."""
+    parts = value.split()
+    if not parts:
+        return "UNKNOWN", None
+    state = parts[0].rstrip("+")
+    uid = None
+    if len(parts) >= 3 and parts[1].lower() == "by":
+        uid = _opt_int(parts[2])
+    return state, uid
+
+
+def parse_exit(value: str) -> tuple[int | None, int | None]:
+    """``rc:sig`` -> ``(rc, sig)``; ``None`` parts where sacct printed nothing usable."""
+    rc, _, sig = value.partition(":")
+    return _opt_int(rc), _opt_int(sig)
+
+
+def _time_limit_s(raw: str, formatted: str) -> int | None:
+    minutes = _opt_int(raw)
+    if minutes is not None:
+        # Slurm stores INFINITE (0xffffffff) and NO_VAL (0xfffffffe) as huge numbers.
+        return minutes * 60 if 0 <= minutes < 0xFFFFFFFE else None
+    seconds = parse_duration(formatted)
+    return int(seconds) if seconds is not None else None
+
+
+def _req_mem_bytes(
+    req_mem: str, req_tres_mem: int | None, cpus: int | None, nodes: int | None
+) -> int | None:
+    """The job's total requested memory.
+
+    ReqTRES ``mem=`` is already the job total, so it wins. Otherwise ``ReqMem`` is read: the
+    ``Mc``/``Mn`` suffixes of Slurm before 21.08 mean per CPU / per node and are multiplied out;
+    since 21.08 a bare value is per node (``--mem``) and is multiplied by the node count.
+    """
+    if req_tres_mem:
+        return req_tres_mem
+    parsed = parse_mem(req_mem, default_unit="M")
+    if parsed is None or parsed[0] == 0:
+        return None
+    size, per = parsed
+    if per == "c":
+        return size * cpus if cpus else None
+    return size * (nodes or 1)
+
+
+def _split_display_id(display: str) -> tuple[str | None, str | None, str | None, int | None]:
+    """``JobID`` -> ``(array_job_id, array_task_id, het_job_id, het_offset)``."""
+    base = display.split(".", 1)[0]
+    if "_" in base:
+        job, task = base.split("_", 1)
+        return job, task.strip("[]"), None, None
+    if "+" in base:
+        job, offset = base.split("+", 1)
+        return None, None, job, _opt_int(offset)
+    return None, None, None, None
+
+
+@dataclass
+class _Run:
+    row: dict[str, str]
+    steps: list[dict[str, str]] = field(default_factory=list)
+
+
+def parse_sacct_output(stdout: bytes | str) -> ParseResult:
+    """Parse the output of ``sacct`` run with ``build_argv`` into ``JobRecord``s.
+
+    Steps fold into their job: MaxRSS is the largest over the steps, TotalCPU is the job line's
+    (which sacct already sums over the steps) or, when that is empty, the sum of the steps.
+    When a requeued job appears more than once (``--duplicates``), the last run wins and
+    ``restarts`` counts the earlier ones. Never raises on malformed content.
+    """
+    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
+    records, skipped = split_records(text)
+    runs: dict[str, list[_Run]] = {}
+    for fields in records:
+        row = dict(zip(FIELDS[:-1], fields[:-1], strict=True))
+        raw_id = row["JobIDRaw"]
+        if "." in raw_id:
+            job_raw = raw_id.split(".", 1)[0]
+            if job_raw in runs:
+                runs[job_raw][-1].steps.append(row)
+            continue
+        runs.setdefault(raw_id, []).append(_Run(row=row))
+    jobs: dict[str, JobRecord] = {}
+    for raw_id, job_runs in runs.items():
+        try:
+            jobs[raw_id] = _to_record(job_runs[-1], restarts=len(job_runs) - 1)
+        except (ValueError, KeyError, AccountingError):
+            skipped += 1
+    return ParseResult(jobs=jobs, skipped=skipped)
+
+
+def _to_record(run: _Run, *, restarts: int) -> JobRecord:
+    row = run.row
+    state, cancelled_by = parse_state(row["State"])
+    exit_code, exit_signal = parse_exit(row["ExitCode"])
+    derived, _ = parse_exit(row["DerivedExitCode"])
+    alloc_tres = parse_tres(row["AllocTRES"])
+    req_tres = parse_tres(row["ReqTRES"])
+    alloc_cpus = _opt_int(row["AllocCPUS"])
+    nodes = _opt_int(row["NNodes"])
+    rss_values = [v for v in (mem_bytes(s["MaxRSS"]) for s in [row, *run.steps]) if v is not None]
+    total_cpu = parse_duration(row["TotalCPU"])
+    if not total_cpu and run.steps:
+        step_cpu = [parse_duration(s["TotalCPU"]) for s in run.steps]
+        known = [v for v in step_cpu if v is not None]
+        total_cpu = sum(known) if known else total_cpu
+    elapsed = _opt_int(row["ElapsedRaw"])
+    if elapsed is None:
+        elapsed = int(parse_duration(row["Elapsed"]) or 0)
+    array_job, array_task, het_job, het_offset = _split_display_id(row["JobID"])
+    try:
+        nodelist = expand_hostlist(row["NodeList"])
+    except AccountingError:
+        nodelist = (row["NodeList"],)
+    return JobRecord(
+        job_id=row["JobIDRaw"],
+        job_id_display=row["JobID"],
+        array_job_id=array_job,
+        array_task_id=array_task,
+        het_job_id=het_job,
+        het_job_offset=het_offset,
+        user=row["User"],
+        uid=_opt_int(row["UID"]),
+        account=_opt_str(row["Account"]),
+        partition=_opt_str(row["Partition"]),
+        qos=_opt_str(row["QOS"]),
+        job_name=row["JobName"],
+        work_dir=_opt_str(row["WorkDir"]),
+        nodelist=nodelist,
+        state=state,
+        cancelled_by_uid=cancelled_by,
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        derived_exit_code=derived,
+        alloc_tres=alloc_tres,
+        req_tres=req_tres,
+        alloc_cpus=alloc_cpus,
+        req_mem_bytes=_req_mem_bytes(row["ReqMem"], req_tres.mem_bytes, alloc_cpus, nodes),
+        max_rss_bytes=max(rss_values) if rss_values else None,
+        total_cpu_s=total_cpu,
+        elapsed_s=elapsed,
+        time_limit_s=_time_limit_s(row["TimelimitRaw"], row["Timelimit"]),
+        submit_s=_epoch(row["Submit"]),
+        start_s=_epoch(row["Start"]),
+        end_s=_epoch(row["End"]),
+        restarts=restarts,
+        comment=_opt_str(row["Comment"]),
+        admin_comment=_opt_str(row["AdminComment"]),
+        mail_user=None,
+        mail_type=None,
+    )
+
+
+# --------------------------------------------------------------------------- the source
+
+
+def build_argv(
+    sacct_path: str,
+    *,
+    job_ids: Sequence[str] = (),
+    start_s: float | None = None,
+    end_s: float | None = None,
+    users: Sequence[str] | None = None,
+) -> list[str]:
+    """The sacct command line for one query."""
+    argv = [
+        sacct_path,
+        "--parsable2",
+        "--noheader",
+        f"--delimiter={DELIM}",
+        "--duplicates",
+        "--format=" + ",".join(FIELDS),
+    ]
+    if job_ids:
+        argv.append("--jobs=" + ",".join(job_ids))
+    if start_s is not None:
+        argv.append(f"--starttime={_sacct_time(start_s)}")
+    if end_s is not None:
+        argv.append(f"--endtime={_sacct_time(end_s)}")
+    if users:
+        argv.append("--user=" + ",".join(users))
+    elif not job_ids:
+        argv.append("--allusers")
+    return argv
+
+
+def _sacct_time(epoch_s: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(epoch_s)))
+
+
+#: Environment for every sacct call: epoch times (``--format`` already overrides any
+#: ``SACCT_FORMAT`` a user set).
+SACCT_ENV: Mapping[str, str] = {"SLURM_TIME_FORMAT": "%s", "LC_ALL": "C.UTF-8"}
+
+
+class SacctSource:
+    """``AccountingSource`` backed by the ``sacct`` command.
+
+    ``runner`` runs the command (tests inject recorded output); ``batch_size`` bounds the
+    number of job ids in one call.
+    """
+
+    name = "sacct"
+
+    def __init__(
+        self,
+        *,
+        sacct_path: str = "sacct",
+        timeout_s: float = 60.0,
+        batch_size: int = 500,
+        runner: CommandRunner | None = None,
+    ) -> None:
+        self.sacct_path = sacct_path
+        self.timeout_s = timeout_s
+        self.batch_size = max(1, batch_size)
+        self.runner: CommandRunner = runner or SubprocessRunner()
+        self.last_skipped = 0
+        """Malformed records skipped by the last query (for the collector's log)."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """See ``AccountingSource.get_jobs``: one sacct call per ``batch_size`` ids."""
+        queries = list(dict.fromkeys(parse_job_id(j).query for j in job_ids))
+        out: dict[str, JobRecord] = {}
+        skipped = 0
+        for chunk in _chunks(queries, self.batch_size):
+            result = self._run(build_argv(self.sacct_path, job_ids=chunk))
+            out.update(result.jobs)
+            skipped += result.skipped
+        self.last_skipped = skipped
+        return out
+
+    def jobs_between(
+        self, start_s: float, end_s: float, users: Sequence[str] | None = None
+    ) -> list[JobRecord]:
+        """See ``AccountingSource.jobs_between``."""
+        result = self._run(build_argv(self.sacct_path, start_s=start_s, end_s=end_s, users=users))
+        self.last_skipped = result.skipped
+        return sorted(result.jobs.values(), key=lambda j: (j.submit_s or 0.0, int(j.job_id)))
+
+    def _run(self, argv: list[str]) -> ParseResult:
+        done = self.runner(argv, env=SACCT_ENV, timeout_s=self.timeout_s)
+        if done.returncode != 0:
+            raise AccountingError(
+                f"sacct failed (exit {done.returncode}): {_first_line(done.stderr)}",
+                stderr=done.stderr,
+                hint=_hint_for(done.stderr),
+            )
+        return parse_sacct_output(done.stdout)
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _first_line(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if line.strip():
+            return line.strip()
+    return "no message"
+
+
+def _hint_for(stderr: str) -> str:
+    lowered = stderr.lower()
+    if "connection refused" in lowered or "unable to connect" in lowered or "slurmdbd" in lowered:
+        return "slurmdbd is not answering: check that it runs (sacctmgr ping) and retry"
+    if "invalid" in lowered and "field" in lowered:
+        return "this sacct does not know a field we ask for; report the Slurm version"
+    if "configuration" in lowered:
+        return "sacct cannot read slurm.conf: check SLURM_CONF and the Slurm client install"
+    return "run the sacct command by hand to see what is wrong"
