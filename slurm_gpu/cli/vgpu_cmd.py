@@ -19,10 +19,9 @@ def cli() -> None:
 @click.option("--count", type=click.IntRange(1, 64), required=True, help="Number of GPUs.")
 @click.option(
     "--model",
-    type=click.Choice(sorted(MODELS)),
     default=DEFAULT_MODEL,
     show_default=True,
-    help="GPU model to imitate.",
+    help=f"GPU model to imitate, by key or product name: {', '.join(sorted(MODELS))}.",
 )
 @click.option("--memory-gib", type=click.FloatRange(min=0.1), default=None, help="Override.")
 def create(virtual_dir: str, count: int, model: str, memory_gib: float | None) -> None:

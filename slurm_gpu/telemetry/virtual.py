@@ -98,6 +98,19 @@ MODELS: dict[str, GpuModel] = {
 DEFAULT_MODEL = "h100"
 
 
+def resolve_model(model: str) -> GpuModel:
+    """The model named by its key (``a100``) or product name (``NVIDIA A100-SXM4-40GB``), in
+    any case. Raises ``TelemetryUnavailableError`` for an unknown one."""
+    wanted = model.strip().lower()
+    for key, spec in MODELS.items():
+        if wanted in (key, spec.name.lower()):
+            return spec
+    names = ", ".join(f"{k} ({m.name})" for k, m in MODELS.items())
+    raise TelemetryUnavailableError(
+        f"unknown virtual GPU model {model!r}", hint=f"known models: {names}"
+    )
+
+
 # --------------------------------------------------------------------------- file helpers
 
 
@@ -177,11 +190,7 @@ def create_gpus(
     Returns the GPUs' identities. Raises ``TelemetryUnavailableError`` for an unknown model or an
     unwritable directory.
     """
-    if model not in MODELS:
-        raise TelemetryUnavailableError(
-            f"unknown virtual GPU model {model!r}", hint=f"known models: {', '.join(MODELS)}"
-        )
-    spec = MODELS[model]
+    spec = resolve_model(model)
     memory_total = int(memory_gib * 1024**3) if memory_gib else spec.memory_total_bytes
     root = Path(virtual_dir)
     infos = []

@@ -78,6 +78,11 @@ def test_create_is_idempotent_and_keeps_uuids_and_counters(vdir: Path, clock: Fa
     assert json.loads((vdir / "0" / STATE_FILE).read_text())["busy_s"] == busy
 
 
+def test_model_by_product_name(tmp_path: Path) -> None:
+    (info,) = create_gpus(tmp_path / "v", 1, model="nvidia a100-sxm4-40gb")
+    assert info.name == "NVIDIA A100-SXM4-40GB" and info.compute_capability == (8, 0)
+
+
 def test_create_rejects_unknown_model(tmp_path: Path) -> None:
     with pytest.raises(TelemetryUnavailableError, match="unknown virtual GPU model"):
         create_gpus(tmp_path / "v", 1, model="tpu")
