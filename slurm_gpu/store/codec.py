@@ -1,0 +1,171 @@
+"""Compact binary encodings for the store's bulky columns: histograms and timelines.
+
+A 101-bin utilization histogram and a 512-point timeline would cost kilobytes as JSON. Here
+they are packed little-endian arrays, quantised to what a report can show, then zlib-compressed,
+behind a one-byte format version so a later release can change the layout and still read old
+rows. Measured in ``docs/performance.md``: about 2 KB per GPU-hour at the default 10 s interval.
+
+Quantisation (all lossless for what the reports draw):
+
+- utilization and CPU percentages: 0.01 % steps (``uint16``; ``0xFFFF`` = not reported);
+- memory: MiB (``uint32``; ``0xFFFFFFFF`` = not reported);
+- power: 0.1 W (``uint32``; ``0xFFFFFFFF`` = not reported);
+- host CPU cores busy: 0.01 cores (``uint32``);
+- bucket start times: milliseconds after the first bucket (``int64``), the first one as a
+  ``float64``; widths in milliseconds (``uint32``).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from array import array
+from collections.abc import Sequence
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.records import Distribution, TimelinePoint
+
+_VERSION = 1
+_MIB = 1024 * 1024
+_U16_NONE = 0xFFFF
+_U32_NONE = 0xFFFFFFFF
+
+
+def _check_version(blob: bytes, what: str) -> bytes:
+    if not blob or blob[0] != _VERSION:
+        version = blob[0] if blob else None
+        raise StoreError(
+            f"{what} encoded with unknown format version {version!r}",
+            hint="upgrade slurm-gpu: this store was written by a newer release",
+        )
+    return zlib.decompress(blob[1:])
+
+
+def _le(arr: array) -> bytes:  # type: ignore[type-arg]
+    # The store may be shared between hosts; pin the byte order.
+    if struct.pack("=H", 1) != struct.pack("<H", 1):  # pragma: no cover - big-endian hosts
+        arr = array(arr.typecode, arr)
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _from_le(typecode: str, data: bytes) -> array:  # type: ignore[type-arg]
+    arr = array(typecode)
+    arr.frombytes(data)
+    if struct.pack("=H", 1) != struct.pack("<H", 1):  # pragma: no cover - big-endian hosts
+        arr.byteswap()
+    return arr
+
+
+# --------------------------------------------------------------------------- histograms
+
+
+def encode_distribution(dist: Distribution) -> bytes:
+    """Pack a ``Distribution`` (bin counts and exact total) into a few dozen bytes."""
+    counts = array("Q", dist.counts)
+    payload = struct.pack("<dI", dist.total, len(dist.counts)) + _le(counts)
+    return bytes([_VERSION]) + zlib.compress(payload, 6)
+
+
+def decode_distribution(blob: bytes) -> Distribution:
+    """Inverse of ``encode_distribution``; raises ``StoreError`` for an unknown version."""
+    raw = _check_version(blob, "histogram")
+    total, n = struct.unpack_from("<dI", raw)
+    counts = _from_le("Q", raw[12 : 12 + 8 * n])
+    return Distribution(counts=tuple(counts), total=total)
+
+
+# --------------------------------------------------------------------------- timelines
+
+
+def _q(value: float | None, scale: float, none: int, top: int) -> int:
+    if value is None:
+        return none
+    return max(0, min(top, round(value * scale)))
+
+
+def _uq(raw: int, scale: float, none: int) -> float | None:
+    return None if raw == none else raw / scale
+
+
+def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
+    """Pack a per-node timeline column by column (columns compress far better than rows).
+
+    ``gpu_count`` is the width of every per-GPU tuple; a point with a shorter tuple is padded
+    with "not reported".
+    """
+    n = len(points)
+    t0 = points[0].t_s if points else 0.0
+    t_ms = array("q", (round((p.t_s - t0) * 1000) for p in points))
+    width_ms = array("I", (max(0, min(_U32_NONE, round(p.width_s * 1000))) for p in points))
+    samples = array("I", (max(0, p.samples) for p in points))
+    cpu = array("I", (_q(p.host_cpu_cores, 100, _U32_NONE, _U32_NONE - 1) for p in points))
+    rss = array(
+        "I",
+        (
+            _U32_NONE
+            if p.host_rss_max_bytes is None
+            else min(_U32_NONE - 1, -(-p.host_rss_max_bytes // _MIB))
+            for p in points
+        ),
+    )
+    parts = [struct.pack("<IId", n, gpu_count, t0), _le(t_ms), _le(width_ms), _le(samples)]
+    parts += [_le(cpu), _le(rss)]
+    for g in range(gpu_count):
+
+        def col(p: TimelinePoint, tup: str, g: int = g) -> float | int | None:
+            values: tuple[float | int | None, ...] = getattr(p, tup)
+            return values[g] if g < len(values) else None
+
+        util = array(
+            "H", (_q(col(p, "gpu_utilization_pct"), 100, _U16_NONE, 10000) for p in points)
+        )
+        mem = array(
+            "I",
+            (
+                _U32_NONE
+                if (m := col(p, "gpu_memory_used_max_bytes")) is None
+                # Round up: a peak must never be under-reported.
+                else min(_U32_NONE - 1, -(-int(m) // _MIB))
+                for p in points
+            ),
+        )
+        power = array(
+            "I", (_q(col(p, "gpu_power_w"), 10, _U32_NONE, _U32_NONE - 1) for p in points)
+        )
+        parts += [_le(util), _le(mem), _le(power)]
+    return bytes([_VERSION]) + zlib.compress(b"".join(parts), 6)
+
+
+def decode_timeline(blob: bytes) -> tuple[TimelinePoint, ...]:
+    """Inverse of ``encode_timeline``, at the quantised precision."""
+    raw = _check_version(blob, "timeline")
+    n, gpu_count, t0 = struct.unpack_from("<IId", raw)
+    off = 16
+
+    def take(typecode: str) -> array:  # type: ignore[type-arg]
+        nonlocal off
+        size = array(typecode).itemsize * n
+        out = _from_le(typecode, raw[off : off + size])
+        off += size
+        return out
+
+    t_ms, width_ms, samples, cpu, rss = take("q"), take("I"), take("I"), take("I"), take("I")
+    gpus = [(take("H"), take("I"), take("I")) for _ in range(gpu_count)]
+    points = []
+    for i in range(n):
+        points.append(
+            TimelinePoint(
+                t_s=t0 + t_ms[i] / 1000,
+                width_s=width_ms[i] / 1000,
+                samples=samples[i],
+                gpu_utilization_pct=tuple(_uq(u[i], 100, _U16_NONE) for u, _, _ in gpus),
+                gpu_memory_used_max_bytes=tuple(
+                    None if m[i] == _U32_NONE else m[i] * _MIB for _, m, _ in gpus
+                ),
+                gpu_power_w=tuple(_uq(p[i], 10, _U32_NONE) for _, _, p in gpus),
+                host_cpu_cores=_uq(cpu[i], 100, _U32_NONE),
+                host_rss_max_bytes=None if rss[i] == _U32_NONE else rss[i] * _MIB,
+            )
+        )
+    return tuple(points)

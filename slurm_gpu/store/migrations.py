@@ -1,0 +1,99 @@
+"""Numbered, named, ordered schema migrations.
+
+The ``schema_version`` table holds one row per applied migration. ``migrate`` applies, in order
+and each in its own transaction, every migration whose number is above the highest applied
+one, so running it again is a no-op. A store whose version is above the newest migration this
+release knows was written by a newer release: it is refused rather than guessed at.
+
+Adding a migration: append ``Migration(N + 1, "what it does", function)`` to ``MIGRATIONS`` and
+change ``slurm_gpu.store.schema`` to the resulting schema. Migration 1 creates the tables from
+``schema.metadata``; the first migration that alters a table must freeze the version-1 table
+definitions here so that a fresh store still passes through every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, func, inspect, select, text
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.store import schema
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: its number, a short name, and the DDL it runs on a connection."""
+
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+def _m1_create_tables(conn: Connection) -> None:
+    tables = [t for t in schema.metadata.sorted_tables if t.name != "schema_version"]
+    schema.metadata.create_all(conn, tables=tables)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(conn: Connection) -> int:
+    """The highest applied migration, 0 for an empty database."""
+    if not inspect(conn).has_table("schema_version"):
+        return 0
+    version = conn.execute(select(func.max(schema.schema_version.c.version))).scalar()
+    return int(version or 0)
+
+
+def _lock(conn: Connection) -> None:
+    """Serialise concurrent migrators (two collectors started at once)."""
+    if conn.dialect.name == "postgresql":
+        # Held until the transaction ends; the key is arbitrary but fixed.
+        conn.execute(text("SELECT pg_advisory_xact_lock(7245031)"))
+    # SQLite: the store begins write transactions with BEGIN IMMEDIATE, which already excludes
+    # every other writer.
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction that takes the write lock at once (SQLite: BEGIN IMMEDIATE)."""
+    with engine.connect() as conn:
+        conn.execution_options(sqlite_write=True)
+        with conn.begin():
+            yield conn
+
+
+def migrate(engine: Engine) -> list[Migration]:
+    """Bring the store to ``LATEST_VERSION``; return the migrations applied (empty: none)."""
+    applied: list[Migration] = []
+    with write_transaction(engine) as conn:
+        _lock(conn)
+        schema.schema_version.create(conn, checkfirst=True)
+        version = current_version(conn)
+    if version > LATEST_VERSION:
+        raise StoreError(
+            f"store schema version {version} is newer than this release knows ({LATEST_VERSION})",
+            hint="upgrade slurm-gpu on this host to the release that wrote the store",
+        )
+    for migration in MIGRATIONS:
+        with write_transaction(engine) as conn:
+            _lock(conn)
+            # Re-read inside the lock: another process may have applied it meanwhile.
+            if migration.version <= current_version(conn):
+                continue
+            migration.apply(conn)
+            conn.execute(
+                schema.schema_version.insert().values(
+                    version=migration.version, name=migration.name, applied_at_s=time.time()
+                )
+            )
+        applied.append(migration)
+    return applied

@@ -1,0 +1,273 @@
+"""The store, against SQLite and the real PostgreSQL server: migrations, round trips, upserts."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import store_fixtures
+from store_fixtures import dump_db, make_job, make_node
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.store import (
+    TELEMETRY_COMPLETE,
+    TELEMETRY_MISSING,
+    TELEMETRY_RECOVERED,
+    JobBundle,
+    Store,
+    idle_head_tail_s,
+    migrations,
+    schema,
+)
+from slurm_gpu.store.store import open_engine
+
+# The fixtures, made visible to pytest in this module.
+store_url = store_fixtures.store_url
+_pg_url = store_fixtures._pg_url
+
+
+@dataclasses.dataclass(frozen=True)
+class _Finding:
+    code: str
+    severity: str
+    cause: int | None
+    evidence: dict[str, float]
+    recommendation: dict[str, str] | None = None
+    scope: str | None = None
+    subject: str | None = None
+
+
+def _bundle(job_id: str, **kw: object) -> JobBundle:
+    nodes = kw.pop("nodes", None) or (make_node(job_id),)
+    return JobBundle(
+        job=make_job(job_id, **kw),  # type: ignore[arg-type]
+        nodes=tuple(nodes),  # type: ignore[arg-type]
+        telemetry=TELEMETRY_COMPLETE,
+    )
+
+
+def test_migrating_an_empty_store_creates_every_table_and_rerunning_is_a_no_op(
+    store_url: str,
+) -> None:
+    engine = open_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert migrations.current_version(conn) == 0
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as store:
+        with store.engine.connect() as conn:
+            assert migrations.current_version(conn) == migrations.LATEST_VERSION
+            names = set(sa.inspect(conn).get_table_names())
+        assert {t.name for t in schema.metadata.sorted_tables} <= names
+        assert migrations.migrate(store.engine) == []
+        with store.engine.connect() as conn:
+            rows = conn.execute(sa.select(schema.schema_version)).all()
+        assert [(r.version, r.name) for r in rows] == [
+            (m.version, m.name) for m in migrations.MIGRATIONS
+        ]
+
+
+def test_migrated_columns_match_the_declared_schema(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        insp = sa.inspect(store.engine)
+        for table in schema.metadata.sorted_tables:
+            got = {c["name"] for c in insp.get_columns(table.name)}
+            assert got == {c.name for c in table.columns}, table.name
+        indexed = {ix["name"] for ix in insp.get_indexes("jobs")}
+        assert {"ix_jobs_end_s", "ix_jobs_user_end", "ix_jobs_account_end"} <= indexed
+        assert "ix_jobs_partition_end" in indexed
+
+
+def test_reader_refuses_an_unmigrated_store_with_a_hint(store_url: str) -> None:
+    with pytest.raises(StoreError) as err:
+        Store.open(store_url, migrate=False)
+    assert err.value.hint is not None and "store migrate" in err.value.hint
+
+
+def test_a_store_newer_than_this_release_is_refused(store_url: str) -> None:
+    with Store.open(store_url) as store, store.engine.begin() as conn:
+        conn.execute(
+            schema.schema_version.insert().values(version=99, name="future", applied_at_s=0.0)
+        )
+    with pytest.raises(StoreError, match="newer"):
+        Store.open(store_url)
+
+
+def test_get_job_rebuilds_the_records_exactly(store_url: str) -> None:
+    nodes = (make_node("101", "node1", gpus=2), make_node("101", "node2", gpus=1, complete=False))
+    job = make_job("101", gpus=3, nodes=("node1", "node2"))
+    finding = _Finding(
+        "low_duty", "warning", 1, {"duty_mean_pct": 12.5}, {"gres": "gpu:1"}, "gpu", "GPU-x"
+    )
+    bundle = JobBundle(
+        job=job,
+        nodes=nodes,
+        telemetry=TELEMETRY_RECOVERED,
+        findings=(finding,),
+        analysis_version="a1",
+    )
+    with Store.open(store_url) as store:
+        store.write_batch([bundle], collected_at_s=1234.5)
+        got = store.get_job("101")
+        assert got is not None
+        assert got.job == job
+        assert got.telemetry == TELEMETRY_RECOVERED
+        assert got.collected_at_s == 1234.5
+        assert got.gpu_hours == pytest.approx(3 * 100 / 3600)
+        # Without timelines the node records are exact apart from the timeline.
+        assert got.nodes == tuple(dataclasses.replace(n, timeline=()) for n in nodes)
+        assert [f.code for f in got.findings] == ["low_duty"]
+        f = got.findings[0]
+        assert (f.cause, f.evidence, f.recommendation, f.scope, f.subject) == (
+            1,
+            {"duty_mean_pct": 12.5},
+            {"gres": "gpu:1"},
+            "gpu",
+            "GPU-x",
+        )
+        assert f.analysis_version == "a1"
+        assert len(got.gpus) == 3
+        with_tl = store.get_job("101", timelines=True)
+        assert with_tl is not None
+        assert [len(n.timeline) for n in with_tl.nodes] == [8, 8]
+        assert store.get_job("999") is None
+
+
+def test_summary_columns_for_report_sql(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        store.write_batch([_bundle("7")], collected_at_s=1.0)
+        with store.engine.connect() as conn:
+            row = conn.execute(sa.select(schema.job_gpus)).one()
+            job = conn.execute(sa.select(schema.jobs)).one()
+    # make_gpu: readings 0, 50, 90, 95 every 10 s; one idle reading at the start.
+    assert row.util_mean_pct == pytest.approx(58.75)
+    assert (row.util_p10_pct, row.util_p50_pct, row.util_p90_pct) == (0.0, 50.0, 90.0)
+    assert row.idle_fraction == pytest.approx(0.25)
+    assert (row.idle_head_s, row.idle_tail_s) == (10.0, 0.0)
+    assert row.xid_events == "79,13"
+    assert job.gpu_type == "a100"
+    assert (job.alloc_gpus, job.req_gpus, job.alloc_cpus) == (1, 1, 8)
+    assert job.user == "alice" and job.telemetry == TELEMETRY_COMPLETE
+
+
+def test_idle_head_tail_of_a_never_active_gpu_is_the_whole_span() -> None:
+    from store_fixtures import make_gpu
+
+    gpu = make_gpu("GPU-idle", util=(0, 0, 0))
+    assert idle_head_tail_s(gpu) == (20.0, 0.0)
+
+
+def test_writing_the_same_batch_twice_is_idempotent(store_url: str) -> None:
+    bundles = [_bundle(str(i)) for i in range(1, 6)]
+    with Store.open(store_url) as store:
+        store.write_batch(bundles, collected_at_s=5.0)
+        first = dump_db(store_url)
+        store.write_batch(bundles, collected_at_s=5.0)
+        assert dump_db(store_url) == first
+        assert store.job_ids() == ["1", "2", "3", "4", "5"]
+
+
+def test_upsert_replaces_a_job_and_its_children(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        store.write_batch([_bundle("8", nodes=(make_node("8", gpus=4),))], collected_at_s=1.0)
+        store.write_batch(
+            [
+                JobBundle(
+                    job=make_job("8", state="FAILED"),
+                    nodes=(make_node("8", gpus=1),),
+                    telemetry=TELEMETRY_COMPLETE,
+                )
+            ],
+            collected_at_s=2.0,
+        )
+        got = store.get_job("8")
+        assert got is not None and got.job.state == "FAILED"
+        assert len(got.gpus) == 1
+        with store.engine.connect() as conn:
+            assert (
+                conn.execute(sa.select(sa.func.count()).select_from(schema.job_gpus)).scalar() == 1
+            )
+
+
+def test_a_failing_batch_writes_nothing(store_url: str) -> None:
+    good = _bundle("20")
+    bad = JobBundle(job=make_job("21"), nodes=(), telemetry="bogus")
+    with Store.open(store_url) as store:
+        with pytest.raises(StoreError):
+            store.write_batch([good, bad], collected_at_s=1.0)
+        assert store.job_ids() == []
+        # A database-level failure (NOT NULL) also rolls the whole batch back.
+        broken = JobBundle(
+            job=dataclasses.replace(make_job("22"), user=None),  # type: ignore[arg-type]
+            nodes=(),
+            telemetry=TELEMETRY_MISSING,
+        )
+        with pytest.raises(StoreError):
+            store.write_batch([good, broken], collected_at_s=1.0)
+        assert store.job_ids() == []
+
+
+def test_jobs_between_selects_on_end_time(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        store.write_batch(
+            [
+                _bundle("30", end_s=1000.0),
+                _bundle("31", end_s=2000.0),
+                _bundle("32", end_s=3000.0),
+                JobBundle(job=make_job("33", end_s=2500.0), nodes=(), telemetry=TELEMETRY_MISSING),
+            ],
+            collected_at_s=1.0,
+        )
+        got = store.jobs_between(2000.0, 3000.0)
+        assert [j.job.job_id for j in got] == ["31", "33"]
+        assert got[1].telemetry == TELEMETRY_MISSING and got[1].nodes == ()
+        assert len(got[0].nodes) == 1 and len(got[0].gpus) == 1
+        assert store.existing_job_ids(["30", "33", "99"]) == {"30", "33"}
+
+
+def test_many_jobs_in_one_batch_cross_the_chunk_size(store_url: str) -> None:
+    bundles = [_bundle(str(1000 + i)) for i in range(1203)]
+    with Store.open(store_url) as store:
+        store.write_batch(bundles, collected_at_s=1.0)
+        assert len(store.job_ids()) == 1203
+        assert len(store.jobs_between(0, 2e9)) == 1203
+        info = store.info()
+    assert info.rows["jobs"] == 1203 and info.rows["job_gpus"] == 1203
+    assert info.telemetry == {TELEMETRY_COMPLETE: 1203}
+    assert info.schema_version == migrations.LATEST_VERSION
+    assert info.size_bytes is not None and info.size_bytes > 0
+
+
+def test_info_masks_the_password(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        info = store.info()
+    if "@" in store_url:
+        password = sa.engine.make_url(store_url).password
+        assert password and password not in info.url
+
+
+def test_sqlite_store_uses_wal_and_creates_its_directory(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "b" / "s.db"
+    with Store.open(f"sqlite:///{db}") as store, store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+    assert db.exists()
+
+
+def test_bad_urls_are_typed_errors_with_hints(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as err:
+        Store.open("not a url")
+    assert err.value.hint
+    with pytest.raises(StoreError):
+        Store.open("postgresql+psycopg://nobody:x@127.0.0.1:1/none")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="cannot create"):
+        Store.open(f"sqlite:///{blocker}/sub/s.db")
