@@ -1,0 +1,69 @@
+# slurm-gpu: set-up, tests and demo on one Debian 12 machine (as root).
+#
+#   make demo      install what is needed, start the local cluster, run the demo jobs
+#   make test      install what is needed, start the local cluster, run unit + cluster tests
+#   make lint      ruff, mypy and shellcheck
+#   make deps | venv | cluster-up | cluster-down | bench
+#
+# Targets run their prerequisites in order (never in parallel): the cluster needs the venv
+# (its hooks run the venv's interpreter) and the venv needs python3-venv from deps.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+EXTRAS ?= test,dev,postgresql
+PYTEST_ARGS ?=
+# Everything that installs packages or starts daemons needs root; use sudo when not root.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+
+.PHONY: help deps venv cluster-up cluster-down test lint demo bench
+
+help:
+	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
+
+deps:
+	$(SUDO) share/testcluster/install-deps
+
+venv: $(STAMP)
+
+# Re-installs only when the packaging metadata changed since the last install.
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
+	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-*
+	touch $@
+
+cluster-up: venv
+	$(SUDO) env VENV="$(abspath $(VENV))" share/testcluster/start
+
+cluster-down:
+	$(SUDO) share/testcluster/stop
+
+test: deps venv cluster-up
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+SHELL_SCRIPTS = $(shell git ls-files 2>/dev/null | while read -r f; do \
+	    [ -f "$$f" ] && head -n1 "$$f" | grep -Eq '^#!.*(/|env )(ba)?sh\b' && echo "$$f"; done)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	@if command -v shellcheck >/dev/null; then \
+	    echo "shellcheck $(SHELL_SCRIPTS)"; shellcheck $(SHELL_SCRIPTS); \
+	else echo "make: shellcheck is not installed (make deps); shell scripts not checked" >&2; fi
+
+demo: deps venv cluster-up
+	$(VENV)/bin/slurm-gpu demo run
+
+bench: deps venv cluster-up
+	@if [ -x benchmarks/run ]; then benchmarks/run; \
+	else echo "make: benchmarks/run does not exist; nothing to run" >&2; fi
