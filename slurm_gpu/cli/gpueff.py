@@ -1,0 +1,198 @@
+"""``gpueff``: how well did my job use its GPUs, and what should I ask for next time.
+
+Runs as the calling user. Every job is first looked up in Slurm accounting *as that user*, so
+Slurm's ``PrivateData`` decides what is visible; only then are the store (ended jobs) or the
+live spool (running jobs) read. Exit codes are listed in ``docs/cli.md``.
+
+Kept light on purpose: the store, the spool and the accounting adapter are imported only when
+a job needs them, and nothing here imports pandas or matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from slurm_gpu import __version__
+from slurm_gpu.cli.common import run_guarded
+from slurm_gpu.errors import UsageError
+
+#: Context-settings key tests use to inject (accounting, reader) in place of the real ones.
+BACKENDS_KEY = "gpueff_backends"
+
+
+def _parse_since(text: str, now_s: float) -> float:
+    """``2026-11-01``, ``2026-11-01T08:00``, or a relative ``3d`` / ``12h`` / ``30m``."""
+    text = text.strip()
+    units = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return now_s - int(text[:-1]) * units[text[-1]]
+    from datetime import datetime
+
+    for pattern in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            return datetime.strptime(text, pattern).timestamp()
+        except ValueError:
+            continue
+    raise UsageError(
+        f"--since {text!r} is not a date",
+        hint="use YYYY-MM-DD, YYYY-MM-DDTHH:MM, or a relative 3d, 12h, 2w",
+    )
+
+
+def _use_colour(flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, Any]:
+    """(settings, accounting source, telemetry reader): injected by tests, else the real ones."""
+    from slurm_gpu.config import load_settings
+
+    injected = (ctx.obj or {}).get(BACKENDS_KEY)
+    settings = load_settings(config_path)
+    if injected is not None:
+        accounting, reader = injected
+        return settings, accounting, reader
+    from slurm_gpu.userreport.readers import make_accounting, make_reader
+
+    return settings, make_accounting(settings), make_reader(settings)
+
+
+def _run(
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+    colour: bool | None,
+    config_path: str | None,
+) -> None:
+    from slurm_gpu.userreport import service
+    from slurm_gpu.userreport.terminal import TerminalRenderer
+
+    if job_ids and (user or since):
+        raise UsageError(
+            "give job ids or --user/--since, not both",
+            hint="gpueff 1234 5678, or gpueff --user alice --since 7d",
+        )
+    settings, accounting, reader = _backends(ctx, config_path)
+    min_elapsed_s = settings.gpueff.min_elapsed_s
+    renderer = None
+    use_colour = False
+    if not as_json:
+        use_colour = _use_colour(colour)
+        renderer = TerminalRenderer(colour=use_colour, template_dir=settings.gpueff.template_dir)
+
+    if not job_ids:
+        import getpass
+
+        now_s = time.time()
+        since_s = _parse_since(since, now_s) if since else now_s - 7 * 86400
+        reports = service.recent(
+            accounting,
+            reader,
+            user=user or getpass.getuser(),
+            since_s=since_s,
+            until_s=now_s,
+            min_elapsed_s=min_elapsed_s,
+            limit=limit,
+        )
+        if as_json:
+            from slurm_gpu.userreport.jsonout import document
+
+            click.echo(json.dumps(document(reports), indent=2))
+        elif not reports:
+            click.echo("no jobs in that period")
+        else:
+            assert renderer is not None
+            click.echo(renderer.table(reports), nl=False, color=use_colour)
+        return
+
+    found = service.lookup(job_ids, accounting, reader, min_elapsed_s=min_elapsed_s)
+    if as_json:
+        from slurm_gpu.userreport.jsonout import document
+
+        flat = [r for _, group in found.groups for r in group]
+        click.echo(json.dumps(document(flat, found.missing), indent=2))
+    else:
+        assert renderer is not None
+        first = True
+        for typed, group in found.groups:
+            if not first:
+                click.echo("")
+            first = False
+            if len(group) == 1:
+                click.echo(renderer.report(group[0]), nl=False, color=use_colour)
+            else:
+                click.echo(f"Array {typed}: {len(group)} tasks")
+                click.echo(renderer.table(group), nl=False, color=use_colour)
+                click.echo(f"(gpueff {typed}_N shows one task in full)")
+    if found.missing:
+        raise service.not_found_error(found.missing)
+
+
+@click.command("gpueff", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job_ids", nargs=-1)
+@click.option("-u", "--user", help="List this user's recent jobs (default: you, with --since).")
+@click.option("-S", "--since", help="Start of the listing: YYYY-MM-DD[THH:MM] or 3d, 12h, 2w.")
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10000),
+    help="Most jobs listed with --user/--since.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/gpueff.md).")
+@click.option(
+    "--color/--no-color",
+    "colour",
+    default=None,
+    help="Force colour on or off (default: on a terminal, unless NO_COLOR is set).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (default: $SLURM_GPU_CONFIG or /etc/slurm-gpu/config.toml).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.version_option(__version__, prog_name="gpueff")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+    colour: bool | None,
+    config_path: str | None,
+    debug: bool,
+) -> None:
+    """Show how a job used its GPUs and what to request next time.
+
+    JOB_IDS: job ids (1234), array tasks (1234_7), whole arrays (1234). With no id, lists
+    your jobs of the last week (or --user/--since).
+    """
+    debug = debug or os.environ.get("SLURM_GPU_DEBUG") == "1"
+    run_guarded(
+        "gpueff",
+        debug,
+        lambda: _run(ctx, job_ids, user, since, limit, as_json, colour, config_path),
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="gpueff")

@@ -1,0 +1,1 @@
+"""User-facing job reports: view model, adapter, terminal and JSON renderers."""

@@ -1,0 +1,324 @@
+"""Build the report view model from accounting, sealed/stored telemetry, live spool and findings.
+
+This is the one module that knows the shapes of the other parts (``JobRecord``, ``NodeRecord``,
+the store's stored job, the analysis engine's findings, the spool's live summary); the
+renderers see only ``slurm_gpu.userreport.model``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
+from slurm_gpu.userreport import fmt
+from slurm_gpu.userreport.model import (
+    FindingView,
+    GpuLine,
+    JobReport,
+    RecommendationView,
+    Telemetry,
+    TelemetryStatus,
+)
+
+#: Sparkline width in points: enough to see the shape of a job, narrow enough for a terminal.
+SPARK_POINTS = 24
+
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
+NOT_STARTED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+#: A wording function: finding -> (title, text). The analysis engine's templates supply it.
+Wording = Callable[[Any], tuple[str, str]]
+
+
+def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobReport:
+    """The report of a job before any telemetry is known: accounting part and a status."""
+    gpus = job.alloc_tres.gpus or 0
+    if job.state in NOT_STARTED_STATES:
+        status, note = TelemetryStatus.NOT_STARTED, "The job has not started yet."
+    elif gpus == 0:
+        status, note = TelemetryStatus.NO_GPU, "No GPU was allocated to this job."
+    elif job.state not in RUNNING_STATES and job.elapsed_s < min_elapsed_s:
+        status = TelemetryStatus.TOO_SHORT
+        note = (
+            f"The job ran {job.elapsed_s} s, too short for a GPU reading "
+            f"(at least {min_elapsed_s:g} s needed)."
+        )
+    elif job.state in RUNNING_STATES:
+        status = TelemetryStatus.NO_TELEMETRY
+        note = "The job runs, but no live GPU summary is readable for it yet."
+    else:
+        status = TelemetryStatus.PENDING
+        note = "GPU telemetry for this job has not been collected yet; try again in a minute."
+    model = None
+    if job.alloc_tres.gpu_types:
+        model = ", ".join(name for name, _ in job.alloc_tres.gpu_types)
+    return JobReport(
+        job_id=job.job_id,
+        job_id_display=job.job_id_display,
+        job_name=job.job_name,
+        user=job.user,
+        account=job.account,
+        partition=job.partition,
+        state=job.state,
+        exit_code=job.exit_code,
+        elapsed_s=job.elapsed_s,
+        time_limit_s=job.time_limit_s,
+        start_s=job.start_s,
+        end_s=job.end_s,
+        nodes=job.nodelist,
+        cpus=job.alloc_cpus if job.alloc_cpus is not None else job.alloc_tres.cpus,
+        gpus_allocated=gpus,
+        gpu_model=model,
+        req_mem_bytes=job.req_mem_bytes,
+        max_rss_bytes=job.max_rss_bytes,
+        total_cpu_s=job.total_cpu_s,
+        telemetry=status,
+        telemetry_note=note,
+        array_job_id=job.array_job_id,
+        mail_user=job.mail_user,
+    )
+
+
+def _spark(timeline: Sequence[TimelinePoint], gpu: int, points: int) -> tuple[float | None, ...]:
+    """Down-sample one GPU's utilization timeline to at most ``points`` means."""
+    values = [
+        p.gpu_utilization_pct[gpu] if gpu < len(p.gpu_utilization_pct) else None for p in timeline
+    ]
+    if len(values) <= points:
+        return tuple(values)
+    out: list[float | None] = []
+    for i in range(points):
+        lo = i * len(values) // points
+        hi = (i + 1) * len(values) // points
+        chunk = [v for v in values[lo:hi] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return tuple(out)
+
+
+def gpu_line(node: str, summary: GpuSummary, spark: tuple[float | None, ...] = ()) -> GpuLine:
+    """One GPU's line from its summary."""
+    util = summary.utilization
+    return GpuLine(
+        node=node,
+        uuid=summary.info.uuid,
+        name=summary.info.name,
+        slot=summary.info.minor_number
+        if summary.info.minor_number is not None
+        else summary.info.index,
+        duty_mean_pct=util.mean,
+        duty_p50_pct=util.percentile(50),
+        idle_fraction=(summary.idle_samples / util.n) if util.n else None,
+        sm_active_mean_pct=summary.sm_active_mean_pct,
+        memory_peak_bytes=summary.memory_used_max_bytes,
+        memory_total_bytes=summary.info.memory_total_bytes,
+        power_mean_w=summary.power_mean_w,
+        power_limit_w=summary.info.power_limit_w,
+        energy_j=summary.energy_j,
+        process_seen=summary.process_seen,
+        spark_pct=spark,
+    )
+
+
+def gpu_lines_from_records(
+    records: Iterable[NodeRecord], *, spark_points: int = SPARK_POINTS
+) -> tuple[GpuLine, ...]:
+    """Per-GPU lines of every node record, nodes in name order, GPUs in record order."""
+    lines: list[GpuLine] = []
+    for rec in sorted(records, key=lambda r: r.hostname):
+        for i, summary in enumerate(rec.gpus):
+            lines.append(gpu_line(rec.hostname, summary, _spark(rec.timeline, i, spark_points)))
+    return tuple(lines)
+
+
+_UNITS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("_pct", lambda v: fmt.pct(v, 0 if abs(v) >= 10 else 1)),
+    ("_bytes", fmt.size),
+    ("_s", fmt.duration),
+    ("_j", fmt.energy),
+    ("_w", fmt.watts),
+    ("_gpu_hours", fmt.hours),
+)
+
+
+def evidence_pair(key: str, value: Any) -> tuple[str, str]:
+    """(label, value) for one evidence number, formatted by the unit in its name."""
+    if value is None:
+        return key.replace("_", " "), fmt.NA
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        for suffix, formatter in _UNITS:
+            if key.endswith(suffix):
+                return key[: -len(suffix)].replace("_", " "), formatter(value)
+        text = f"{value:.3g}" if isinstance(value, float) else str(value)
+        return key.replace("_", " "), text
+    return key.replace("_", " "), fmt.clean(value)
+
+
+def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
+    """A finding (anything with ``code``, ``severity``, ``cause``, ``evidence``) with words."""
+    code = str(finding.code)
+    severity = str(getattr(finding, "severity", "info"))
+    severity = getattr(getattr(finding, "severity", None), "value", severity)
+    cause = getattr(finding, "cause", None)
+    if cause is not None and not isinstance(cause, int):
+        cause = getattr(cause, "value", None)
+    evidence_raw = getattr(finding, "evidence", ()) or ()
+    items = evidence_raw.items() if isinstance(evidence_raw, Mapping) else evidence_raw
+    pairs = tuple(evidence_pair(str(k), v) for k, v in items)
+    if wording is not None:
+        title, text = wording(finding)
+    else:
+        title, text = code.replace("_", " ").capitalize(), ""
+    return FindingView(
+        code=code,
+        severity=str(severity),
+        cause=cause if isinstance(cause, int) else None,
+        title=title,
+        text=text,
+        evidence=pairs,
+    )
+
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def sort_findings(findings: Iterable[FindingView]) -> tuple[FindingView, ...]:
+    """Most severe first; stable within a severity."""
+    return tuple(sorted(findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3)))
+
+
+def recommendation_view(rec: Any) -> RecommendationView:
+    """A recommendation (``text``/``summary``, ``sbatch_lines``, ``gpu_hours_saved``)."""
+    text = getattr(rec, "text", None) or getattr(rec, "summary", None) or ""
+    lines = tuple(getattr(rec, "sbatch_lines", ()) or ())
+    saved = getattr(rec, "gpu_hours_saved", None)
+    return RecommendationView(
+        text=str(text),
+        sbatch_lines=lines,
+        gpu_hours_saved=float(saved) if saved is not None else None,
+    )
+
+
+def with_telemetry(
+    report: JobReport,
+    gpus: Sequence[GpuLine],
+    *,
+    live: bool,
+    live_updated_s: float | None = None,
+    findings: Sequence[FindingView] = (),
+    recommendations: Sequence[RecommendationView] = (),
+    notes: Sequence[str] = (),
+) -> JobReport:
+    """The report with its GPU part filled in (final or live)."""
+    from dataclasses import replace
+
+    if not gpus:
+        return replace(
+            report,
+            telemetry=TelemetryStatus.NO_TELEMETRY,
+            telemetry_note="No GPU telemetry was recorded for this job.",
+        )
+    if live:
+        status, note = TelemetryStatus.LIVE, "The job is running: GPU numbers are live, so far."
+    else:
+        status, note = TelemetryStatus.FINAL, ""
+    models = sorted({g.name for g in gpus if g.name})
+    return replace(
+        report,
+        telemetry=status,
+        telemetry_note=note,
+        live_updated_s=live_updated_s,
+        gpus=tuple(gpus),
+        gpu_model=", ".join(models) if models else report.gpu_model,
+        findings=sort_findings(findings),
+        recommendations=tuple(recommendations),
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------- store and spool
+
+
+def recommendation_from_mapping(rec: Mapping[str, Any]) -> RecommendationView:
+    """A stored recommendation (``Recommendation.to_dict()``) for display."""
+    option = str(rec.get("option") or "").replace("_", "-")
+    current, proposed = rec.get("current"), rec.get("proposed")
+    if option and proposed:
+        text = f"--{option}: {current} -> {proposed}" if current else f"--{option}: {proposed}"
+    else:
+        text = ""
+    saved = rec.get("gpu_hours_saved")
+    return RecommendationView(
+        text=text,
+        sbatch_lines=tuple(str(x) for x in rec.get("sbatch_lines") or ()),
+        gpu_hours_saved=float(saved) if isinstance(saved, int | float) else None,
+    )
+
+
+def telemetry_from_stored(stored: Any, wording: Wording | None = None) -> Telemetry:
+    """The final GPU part from the store's ``StoredJob`` (nodes, findings, recommendations)."""
+    gpus = gpu_lines_from_records(stored.nodes)
+    findings = []
+    recs: list[RecommendationView] = []
+    seen_lines: set[tuple[str, ...]] = set()
+    for f in stored.findings:
+        findings.append(finding_view(f, wording))
+        rec = getattr(f, "recommendation", None)
+        if rec:
+            view = recommendation_from_mapping(rec)
+            if view.sbatch_lines not in seen_lines:
+                seen_lines.add(view.sbatch_lines)
+                recs.append(view)
+    notes = []
+    for node in stored.nodes:
+        notes.extend(node.notes)
+    if getattr(stored, "missing_hosts", ()):
+        notes.append("no record from " + ", ".join(stored.missing_hosts))
+    return Telemetry(
+        gpus=gpus,
+        live=False,
+        findings=tuple(findings),
+        recommendations=tuple(recs),
+        notes=tuple(notes),
+    )
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
+    """The live GPU part from the sampler's ``<host>.live.json`` summaries (one per node)."""
+    lines: list[GpuLine] = []
+    updated: list[float] = []
+    for summary in sorted(summaries, key=lambda s: str(s.get("hostname", ""))):
+        host = str(summary.get("hostname", "?"))
+        if (u := _num(summary.get("updated_s"))) is not None:
+            updated.append(u)
+        for i, g in enumerate(summary.get("gpus") or ()):
+            samples = _int(g.get("samples"))
+            idle = _int(g.get("idle_samples"))
+            seen = g.get("process_seen")
+            lines.append(
+                GpuLine(
+                    node=host,
+                    uuid=str(g.get("uuid", "")),
+                    name=g.get("name") if isinstance(g.get("name"), str) else None,
+                    slot=_int(g.get("minor_number")) if "minor_number" in g else i,
+                    duty_mean_pct=_num(g.get("utilization_mean_pct")),
+                    duty_p50_pct=None,
+                    idle_fraction=(idle / samples) if samples and idle is not None else None,
+                    sm_active_mean_pct=None,
+                    memory_peak_bytes=_int(g.get("memory_used_max_bytes")),
+                    memory_total_bytes=_int(g.get("memory_total_bytes")),
+                    power_mean_w=_num(g.get("power_mean_w")),
+                    power_limit_w=None,
+                    energy_j=_num(g.get("energy_j")),
+                    process_seen=seen if isinstance(seen, bool) else None,
+                )
+            )
+    return Telemetry(gpus=tuple(lines), live=True, updated_s=max(updated) if updated else None)

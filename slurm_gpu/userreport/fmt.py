@@ -1,0 +1,96 @@
+"""Small formatters shared by the terminal and e-mail renderers.
+
+Each takes ``None`` for "not known" and returns ``n/a`` for it, never a misleading zero.
+"""
+
+from __future__ import annotations
+
+NA = "n/a"
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def duration(seconds: float | None) -> str:
+    """``1-02:03:04`` / ``02:03:04`` / ``03:04`` like Slurm prints elapsed times."""
+    if seconds is None:
+        return NA
+    s = round(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    return f"{hours:02d}:{minutes:02d}:{s:02d}"
+
+
+def size(n_bytes: float | None) -> str:
+    """Bytes in binary units with three significant digits (``12.3 GiB``)."""
+    if n_bytes is None:
+        return NA
+    value = float(n_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+        value /= 1024
+    return NA  # pragma: no cover - loop always returns
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    """``42 %``; ``n/a`` for unknown."""
+    if value is None:
+        return NA
+    return f"{value:.{digits}f} %"
+
+
+def watts(value: float | None) -> str:
+    """``250 W``."""
+    return NA if value is None else f"{value:.0f} W"
+
+
+def energy(joules: float | None) -> str:
+    """Energy in the largest unit that reads well (``1.23 kWh``, ``45.6 Wh``)."""
+    if joules is None:
+        return NA
+    wh = joules / 3600.0
+    if wh >= 1000:
+        return f"{wh / 1000:.3g} kWh"
+    if wh >= 1:
+        return f"{wh:.3g} Wh"
+    return f"{joules:.3g} J"
+
+
+def hours(value: float | None) -> str:
+    """GPU-hours with sensible precision."""
+    if value is None:
+        return NA
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def bar(value_pct: float | None, width: int = 20) -> str:
+    """A text bar ``[#######.............]``; unknown is drawn as ``[  n/a  ]`` blanks."""
+    if value_pct is None:
+        return "[" + NA.center(width) + "]"
+    filled = max(0, min(width, round(value_pct / 100.0 * width)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def sparkline(values: tuple[float | None, ...] | list[float | None]) -> str:
+    """Unicode block sparkline of percentages (0–100); a gap is a space."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+            continue
+        idx = int(max(0.0, min(100.0, v)) / 100.0 * (len(_SPARK) - 1) + 0.5)
+        out.append(_SPARK[idx])
+    return "".join(out)
+
+
+def clean(text: object) -> str:
+    """A user-controlled string made safe for a terminal: control characters become ``?``.
+
+    Job names and comments are chosen by users; an escape sequence in one must not recolour
+    or rewrite another user's terminal.
+    """
+    return "".join("?" if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) else ch for ch in str(text))

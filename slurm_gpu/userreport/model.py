@@ -1,0 +1,189 @@
+"""The view model of one job's report: what ``gpueff`` prints and the e-mail shows.
+
+Renderers (terminal, JSON, e-mail) read only these frozen records, never the store, the
+accounting source or the spool; ``slurm_gpu.userreport.adapter`` builds them. ``None`` means
+"not known", never zero, so a renderer can say "n/a" instead of a misleading 0 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class TelemetryStatus(StrEnum):
+    """Where the GPU part of a report comes from, or why there is none."""
+
+    FINAL = "final"
+    """The job ended and its sealed record is in the store."""
+    LIVE = "live"
+    """The job runs; numbers are the sampler's live summary so far."""
+    PENDING = "pending"
+    """The job ended but the collector has not stored its record yet."""
+    NOT_STARTED = "not_started"
+    """The job has not started (pending in the queue)."""
+    NO_GPU = "no_gpu"
+    """The job was allocated no GPU."""
+    NO_TELEMETRY = "no_telemetry"
+    """The job had GPUs but no telemetry was recorded for it."""
+    TOO_SHORT = "too_short"
+    """The job ran too briefly for a meaningful reading."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLine:
+    """One GPU of the job."""
+
+    node: str
+    uuid: str
+    name: str | None
+    """Product name, or ``None`` when unknown."""
+    slot: int | None
+    """Minor number (``/dev/nvidiaN``) or index, for display only."""
+    duty_mean_pct: float | None
+    """Mean NVML utilization (duty cycle), percent."""
+    duty_p50_pct: float | None
+    idle_fraction: float | None
+    """Share of readings at or below the idle threshold, 0–1."""
+    sm_active_mean_pct: float | None
+    memory_peak_bytes: int | None
+    memory_total_bytes: int | None
+    power_mean_w: float | None
+    power_limit_w: float | None
+    energy_j: float | None
+    process_seen: bool | None
+    """Whether any compute process ever ran on it; ``None`` when unknown."""
+    spark_pct: tuple[float | None, ...] = ()
+    """Utilization over time, oldest first, for a sparkline; ``None`` gaps where not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindingView:
+    """A finding with its wording already rendered from the site's templates."""
+
+    code: str
+    severity: str
+    """``info``, ``warning`` or ``critical``."""
+    cause: int | None
+    """The cause number 1–7 of low GPU utilization, ``None`` if it names none."""
+    title: str
+    text: str
+    evidence: tuple[tuple[str, str], ...] = ()
+    """(label, formatted value) pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendationView:
+    """A better resource request."""
+
+    text: str
+    sbatch_lines: tuple[str, ...] = ()
+    gpu_hours_saved: float | None = None
+    """GPU-hours a job like this would free, ``None`` when not estimated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Telemetry:
+    """The GPU part of one job's report, already in view-model terms."""
+
+    gpus: tuple[GpuLine, ...]
+    live: bool
+    updated_s: float | None = None
+    findings: tuple[FindingView, ...] = ()
+    recommendations: tuple[RecommendationView, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """Everything one job's report shows."""
+
+    job_id: str
+    """``JobIDRaw``."""
+    job_id_display: str
+    """``JobID`` as users type it (``1234_7``)."""
+    job_name: str
+    user: str
+    account: str | None
+    partition: str | None
+    state: str
+    exit_code: int | None
+    elapsed_s: int
+    time_limit_s: int | None
+    start_s: float | None
+    end_s: float | None
+    nodes: tuple[str, ...]
+    cpus: int | None
+    gpus_allocated: int
+    gpu_model: str | None
+    req_mem_bytes: int | None
+    max_rss_bytes: int | None
+    total_cpu_s: float | None
+    telemetry: TelemetryStatus
+    telemetry_note: str = ""
+    """One sentence when the status needs explaining (live since, no samples, …)."""
+    live_updated_s: float | None = None
+    """Time of the live summary, for ``LIVE``."""
+    gpus: tuple[GpuLine, ...] = ()
+    findings: tuple[FindingView, ...] = ()
+    recommendations: tuple[RecommendationView, ...] = ()
+    array_job_id: str | None = None
+    mail_user: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    # ------------------------------------------------------------------ derived numbers
+
+    @property
+    def cpu_efficiency_pct(self) -> float | None:
+        """CPU time used over cores × elapsed, percent; ``None`` when unknown."""
+        if self.total_cpu_s is None or not self.cpus or self.elapsed_s <= 0:
+            return None
+        return 100.0 * self.total_cpu_s / (self.cpus * self.elapsed_s)
+
+    @property
+    def mem_efficiency_pct(self) -> float | None:
+        """Peak resident memory over requested memory, percent; ``None`` when unknown."""
+        if self.max_rss_bytes is None or not self.req_mem_bytes:
+            return None
+        return 100.0 * self.max_rss_bytes / self.req_mem_bytes
+
+    @property
+    def time_used_pct(self) -> float | None:
+        """Elapsed over time limit, percent."""
+        if not self.time_limit_s:
+            return None
+        return 100.0 * self.elapsed_s / self.time_limit_s
+
+    @property
+    def has_gpu_numbers(self) -> bool:
+        """Whether the report holds per-GPU telemetry to show."""
+        return self.telemetry in (TelemetryStatus.FINAL, TelemetryStatus.LIVE) and bool(self.gpus)
+
+    @property
+    def gpu_hours_allocated(self) -> float:
+        """GPUs × elapsed, hours."""
+        return self.gpus_allocated * self.elapsed_s / 3600.0
+
+    @property
+    def duty_mean_pct(self) -> float | None:
+        """Mean duty cycle over the job's GPUs (an allocated GPU never read counts as unknown)."""
+        values = [g.duty_mean_pct for g in self.gpus if g.duty_mean_pct is not None]
+        if not values:
+            return None
+        return sum(values) / len(values)
+
+    @property
+    def gpu_hours_wasted(self) -> float | None:
+        """Allocated GPU-hours not spent busy (1 − mean duty cycle), ``None`` without data."""
+        if not self.has_gpu_numbers:
+            return None
+        duty = self.duty_mean_pct
+        if duty is None:
+            return None
+        return self.gpu_hours_allocated * (1.0 - duty / 100.0)
+
+    @property
+    def energy_j(self) -> float | None:
+        """Energy of all GPUs, joules; ``None`` when no GPU reported any."""
+        values = [g.energy_j for g in self.gpus if g.energy_j is not None]
+        return sum(values) if values else None

@@ -1,0 +1,73 @@
+"""The real backends behind ``gpueff``: accounting as the caller, the store, the live spool.
+
+Composition helpers for the CLI. Each import happens inside the function that needs it, so a
+``gpueff`` on a job without GPUs never loads the store's database libraries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurm_gpu.config import Settings
+from slurm_gpu.records import JobRecord
+from slurm_gpu.userreport import adapter
+from slurm_gpu.userreport.model import Telemetry
+
+
+def make_accounting(settings: Settings) -> Any:
+    """The configured accounting source, asking as the calling user."""
+    from slurm_gpu.accounting import open_accounting
+
+    return open_accounting(settings)
+
+
+class StoreAndSpoolReader:
+    """``TelemetryReader`` over the store (ended jobs) and the live spool (running jobs)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._store: Any = None
+        self._wording: adapter.Wording | None = None
+
+    def _open_store(self) -> Any:
+        if self._store is None:
+            from slurm_gpu.store import Store
+
+            # Readers never migrate: a store behind this release is the admin's to upgrade.
+            self._store = Store.open(self._settings.store_url, migrate=False)
+        return self._store
+
+    def final(self, job: JobRecord) -> Telemetry | None:
+        """The stored record of an ended job, with its findings; ``None`` if not stored."""
+        stored = self._open_store().get_job(job.job_id, timelines=True)
+        if stored is None:
+            return None
+        return adapter.telemetry_from_stored(stored, self._wording)
+
+    def live(self, job: JobRecord) -> Telemetry | None:
+        """The live summaries of a running job on every node readable; ``None`` if none."""
+        from slurm_gpu import spool
+        from slurm_gpu.errors import SpoolFormatError
+
+        summaries = []
+        # The job directory is 0711: the user cannot list it, but can open their own
+        # <host>.live.json (0400, owned by them) when they know the host, which sacct told us.
+        for host in job.nodelist:
+            try:
+                path = spool.JobSpool(self._settings.paths.spool_dir, job.job_id, host).live
+                summaries.append(spool.read_live(path))
+            except SpoolFormatError:
+                continue  # not on this host's file system, not written yet, or not ours
+        if not summaries:
+            return None
+        return adapter.telemetry_from_live(summaries)
+
+    def close(self) -> None:
+        """Release the store's connections, if it was opened."""
+        if self._store is not None:
+            self._store.close()
+
+
+def make_reader(settings: Settings) -> StoreAndSpoolReader:
+    """The reader ``gpueff`` uses outside tests."""
+    return StoreAndSpoolReader(settings)

@@ -1,0 +1,80 @@
+"""Render ``JobReport`` view models as terminal text (``gpueff``), with optional colour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from slurm_gpu.userreport.model import JobReport, TelemetryStatus
+from slurm_gpu.userreport.templating import environment
+
+_ANSI = {
+    "bold": "\x1b[1m",
+    "dim": "\x1b[2m",
+    "good": "\x1b[32m",
+    "warn": "\x1b[33m",
+    "bad": "\x1b[31m",
+}
+_RESET = "\x1b[0m"
+
+_STATUS_LABEL = {
+    TelemetryStatus.FINAL: "final, from the job's sealed record",
+    TelemetryStatus.LIVE: "LIVE: the job is still running, numbers so far",
+}
+
+
+def colourer(enabled: bool) -> Callable[[object, str], str]:
+    """``c(text, style)`` for templates: ANSI-wrapped when enabled, plain otherwise."""
+
+    def c(text: object, style: str) -> str:
+        if not enabled or style not in _ANSI:
+            return str(text)
+        return f"{_ANSI[style]}{text}{_RESET}"
+
+    return c
+
+
+def _duty_style(value: float | None) -> str:
+    if value is None:
+        return "dim"
+    if value < 25:
+        return "bad"
+    if value < 60:
+        return "warn"
+    return "good"
+
+
+def _state_style(state: str) -> str:
+    if state == "COMPLETED":
+        return "good"
+    if state in ("RUNNING", "PENDING", "COMPLETING"):
+        return "warn"
+    return "bad"
+
+
+def _severity_style(severity: str) -> str:
+    return {"critical": "bad", "warning": "warn"}.get(severity, "dim")
+
+
+class TerminalRenderer:
+    """Renders reports through ``templates/gpueff`` (or a site's override directory)."""
+
+    def __init__(self, *, colour: bool, template_dir: str = "") -> None:
+        self._env = environment("gpueff", override_dir=template_dir)
+        self._c = colourer(colour)
+
+    def report(self, report: JobReport) -> str:
+        """One job's full report."""
+        template = self._env.get_template("report.txt.j2")
+        return template.render(
+            r=report,
+            c=self._c,
+            state_style=_state_style(report.state),
+            status_label=_STATUS_LABEL.get(report.telemetry, report.telemetry.value),
+            duty_style=_duty_style,
+            severity_style=_severity_style,
+            severity_mark={"critical": "!!", "warning": "!", "info": "i"},
+        )
+
+    def table(self, reports: Sequence[JobReport]) -> str:
+        """One line per job, for ``gpueff --user``."""
+        return self._env.get_template("table.txt.j2").render(rows=reports, c=self._c)
