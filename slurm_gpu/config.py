@@ -90,6 +90,28 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    """The weekly admin report (``slurm-gpu report weekly``)."""
+
+    site_name: str = _opt("slurm-gpu", "Site or cluster name in the report's title.")
+    admin_emails: tuple[str, ...] = _opt(
+        [], "Addresses that get the weekly report with --mail."
+    )
+    trend_weeks: int = _opt(8, "Weeks shown in the trend section.", min=1, max=104)
+    top_n: int = _opt(10, "Rows in the top users and top accounts tables.", min=1, max=1000)
+    worst_jobs_per_user: int = _opt(5, "Worst jobs listed per top user.", min=1, max=100)
+    table_rows: int = _opt(
+        25, "Most rows of the never-used GPU and idle head/tail tables.", min=1, max=10000
+    )
+    idle_edge_min_s: float = _opt(
+        600.0, "Idle head or tail of at least this many seconds lists a job.", min=0
+    )
+    template_dir: str = _opt(
+        "", "Directory whose templates override templates/report, file by file; empty: none."
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
 
@@ -98,6 +120,7 @@ class Settings:
     hooks: HooksSettings = field(default_factory=HooksSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    report: ReportSettings = field(default_factory=ReportSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""

@@ -1,0 +1,165 @@
+"""``slurm-gpu report weekly``: the admin report over the store (HTML, JSON, or mailed)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from slurm_gpu.cli.common import settings_from
+from slurm_gpu.config import Settings
+from slurm_gpu.errors import MailError, UsageError
+
+
+def _parse_date(value: str | None, option: str) -> float | None:
+    """``YYYY-MM-DD`` (midnight UTC) or ``YYYY-MM-DDTHH:MM[:SS]`` (UTC) to epoch seconds."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(
+            f"{option}: not a date: {value!r}", hint="write it as 2026-11-16 or 2026-11-16T08:00"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _write(path: str, text: str) -> None:
+    """Write ``text`` atomically (a reader never sees half a report)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def send_report_mail(settings: Settings, subject: str, text: str, html: str) -> None:
+    """Mail the report to ``report.admin_emails`` (HTML part plus a text summary).
+
+    The transport is the project's mailer (``slurm_gpu.notify``), configured by ``[mail]``.
+    Raises ``MailError`` when there is no recipient or the message cannot be handed over.
+    """
+    recipients = list(settings.report.admin_emails)
+    if not recipients:
+        raise MailError(
+            "no recipient for the weekly report",
+            hint="set report.admin_emails in the configuration",
+        )
+    # ---- call site of the mail transport -----------------------------------------------
+    # slurm_gpu.notify owns SMTP/sendmail delivery, header encoding and the [mail] settings;
+    # this command only builds the content.
+    try:
+        from slurm_gpu.notify import send_admin_report  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise MailError(
+            f"the mail transport is not available ({exc})",
+            hint="write the report to a file with --out and mail it yourself",
+        ) from None
+    send_admin_report(settings, recipients, subject, text, html)
+
+
+@click.group()
+def cli() -> None:
+    """Reports for admins."""
+
+
+@cli.command("weekly")
+@click.option(
+    "--since",
+    "since",
+    metavar="DATE",
+    help="Start (UTC) of the period; default: Monday 00:00 of the last full week.",
+)
+@click.option(
+    "--until", "until", metavar="DATE", help="End (UTC, excluded); default: since + 7 days."
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the report to this file instead of standard output.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["html", "json"]),
+    default="html",
+    show_default=True,
+    help="HTML page or the JSON of the same aggregates.",
+)
+@click.option("--mail", is_flag=True, help="Also mail it to report.admin_emails.")
+@click.pass_context
+def weekly(
+    ctx: click.Context,
+    since: str | None,
+    until: str | None,
+    out: str | None,
+    fmt: str,
+    mail: bool,
+) -> None:
+    """Usage and waste of the cluster's GPUs over a week, for admins.
+
+    Jobs count in the period in which they ended. Reads the store named by [store] url.
+    """
+    # Heavy imports (pandas, matplotlib) only when the report is actually made.
+    from slurm_gpu.report.aggregate import ReportOptions, build_report, last_full_week
+    from slurm_gpu.report.model import Period
+    from slurm_gpu.store.store import Store
+
+    settings = settings_from(ctx)
+    since_s = _parse_date(since, "--since")
+    until_s = _parse_date(until, "--until")
+    if since_s is None and until_s is None:
+        period = last_full_week(time.time())
+    elif since_s is None:
+        assert until_s is not None
+        period = Period(since_s=until_s - 7 * 86400.0, until_s=until_s)
+    else:
+        period = Period(since_s=since_s, until_s=until_s or since_s + 7 * 86400.0)
+    if period.until_s <= period.since_s:
+        raise UsageError("--until must come after --since", hint="e.g. --since 2026-11-16")
+    rs = settings.report
+    options = ReportOptions(
+        site_name=rs.site_name,
+        top_n=rs.top_n,
+        worst_jobs_per_user=rs.worst_jobs_per_user,
+        table_rows=rs.table_rows,
+        trend_weeks=rs.trend_weeks,
+        idle_edge_min_s=rs.idle_edge_min_s,
+        unused_max_duty_pct=_unused_threshold(settings),
+    )
+    with Store.open(settings.store_url, migrate=False) as store:
+        report = build_report(store.engine, period, options)
+
+    from slurm_gpu.report.jsonout import render_json
+    from slurm_gpu.report.render import render_html, render_text
+
+    html = render_html(report, template_dir=rs.template_dir) if fmt == "html" or mail else ""
+    body = html if fmt == "html" else render_json(report)
+    if out:
+        _write(out, body)
+    elif not mail or fmt == "json":
+        sys.stdout.write(body)
+    if mail:
+        start = datetime.fromtimestamp(period.since_s, UTC).strftime("%Y-%m-%d")
+        subject = f"[{rs.site_name}] GPU usage report, week of {start}"
+        send_report_mail(settings, subject, render_text(report, template_dir=rs.template_dir), html)
+        click.echo(f"report mailed to {len(rs.admin_emails)} recipient(s)", err=True)
+
+
+def _unused_threshold(settings: Settings) -> float:
+    analysis: Any = getattr(settings, "analysis", None)
+    return float(getattr(analysis, "unused_max_duty_pct", 1.0))
