@@ -1,0 +1,177 @@
+"""Submitting the demo jobs to a cluster and finding what the hooks captured for them.
+
+The command runner is injected (``Runner``) so that tests can fake Slurm's commands; the CLI
+passes ``subprocess.run``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_gpu.errors import SlurmGpuError, SpoolFormatError, UsageError
+from slurm_gpu.records import GpuSummary, NodeRecord
+from slurm_gpu.spool import list_sealed, read_record
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``argv``, capturing text output, with a timeout so a hung daemon cannot hang us."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+
+
+def default_scripts_dir() -> Path:
+    """``share/demo`` of a source checkout (the package lives beside it)."""
+    return Path(__file__).resolve().parents[2] / "share" / "demo"
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    pattern: str
+    job_id: str
+
+
+def submit_all(
+    scripts: Sequence[Path],
+    *,
+    user: str | None,
+    python: str,
+    config_path: str | None,
+    runner: Runner = run_command,
+) -> list[Submitted]:
+    """Submit each script with ``sbatch`` (as ``user`` through ``runuser`` when given).
+
+    The job gets ``SLURM_GPU_PYTHON`` (the interpreter with slurm_gpu installed) and
+    ``SLURM_GPU_CONFIG``; its output goes to ``/tmp/slurm-gpu-demo-<user>-<jobid>.out``.
+    Raises ``UsageError`` with sbatch's message when a submission is refused.
+    """
+    export = f"ALL,SLURM_GPU_PYTHON={python}"
+    if config_path:
+        export += f",SLURM_GPU_CONFIG={config_path}"
+    out = []
+    for script in scripts:
+        argv = [
+            "sbatch",
+            "--parsable",
+            "--chdir=/tmp",
+            "--output=/tmp/slurm-gpu-demo-%u-%j.out",
+            f"--export={export}",
+            str(script),
+        ]
+        if user:
+            argv = ["runuser", "-u", user, "--", *argv]
+        result = runner(argv)
+        if result.returncode != 0:
+            raise UsageError(
+                f"sbatch refused {script.name}: {result.stderr.strip() or result.stdout.strip()}",
+                hint="is the test cluster running? (share/testcluster/start)",
+            )
+        job_id = result.stdout.strip().split(";")[0]
+        out.append(Submitted(script.name.removesuffix(".sbatch"), job_id))
+    return out
+
+
+def active_jobs(job_ids: Sequence[str], runner: Runner = run_command) -> set[str]:
+    """Which of ``job_ids`` squeue still lists (pending, running or completing)."""
+    result = runner(["squeue", "-h", "-o", "%i"])
+    if result.returncode != 0:
+        raise UsageError(f"squeue failed: {result.stderr.strip()}", hint="is slurmctld running?")
+    listed = {line.strip() for line in result.stdout.splitlines()}
+    return {j for j in job_ids if j in listed}
+
+
+def wait_for(
+    job_ids: Sequence[str],
+    *,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    runner: Runner = run_command,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> set[str]:
+    """Wait until none of ``job_ids`` is in squeue any more; returns those still there at the
+    timeout (empty when all ended)."""
+    deadline = clock() + timeout_s
+    while True:
+        left = active_jobs(job_ids, runner)
+        if not left or clock() >= deadline:
+            return left
+        sleep(poll_s)
+
+
+def job_states(job_ids: Sequence[str], runner: Runner = run_command) -> dict[str, str]:
+    """Final state of each job from sacct (empty where sacct does not answer)."""
+    if not job_ids:
+        return {}
+    result = runner(["sacct", "-n", "-P", "-X", "-o", "JobIDRaw,State", "-j", ",".join(job_ids)])
+    states: dict[str, str] = {}
+    if result.returncode == 0:
+        for line in result.stdout.splitlines():
+            job, _, state = line.partition("|")
+            states[job.strip()] = state.split(" ")[0]
+    return states
+
+
+def find_records(
+    spool_dir: str,
+    job_ids: Sequence[str],
+    *,
+    wait_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, list[NodeRecord] | str]:
+    """Sealed records per job id, or a short reason why there is none.
+
+    Waits up to ``wait_s`` for epilogs that are still sealing.
+    """
+    found: dict[str, list[NodeRecord] | str] = {}
+    waited = 0.0
+    while True:
+        sealed = [s for s in list_sealed(spool_dir) if s.job_id in job_ids]
+        for job in job_ids:
+            records: list[NodeRecord] = []
+            for entry in sealed:
+                if entry.job_id != job:
+                    continue
+                try:
+                    records.append(read_record(entry.path))
+                except (SpoolFormatError, SlurmGpuError) as exc:
+                    found[job] = f"unreadable record: {exc}"
+            if records:
+                found[job] = records
+        missing = [j for j in job_ids if j not in found]
+        if not missing or waited >= wait_s:
+            break
+        sleep(1.0)
+        waited += 1.0
+    for job in job_ids:
+        if job not in found:
+            job_dir = os.path.join(spool_dir, job)
+            found[job] = (
+                "spool exists but no sealed record (epilog not run, or already collected)"
+                if os.path.isdir(job_dir)
+                else "nothing captured in the spool (hooks not installed, or already collected)"
+            )
+    return found
+
+
+def describe_gpu(gpu: GpuSummary) -> str:
+    """One line about one GPU of a sealed record."""
+    util = gpu.utilization
+    mean = util.mean
+    mem = gpu.memory_used_max_bytes
+    parts = [
+        f"{gpu.info.uuid} (minor {gpu.info.minor_number})",
+        f"{gpu.samples_available}/{gpu.samples} readings",
+        f"util mean {mean:.1f}%" if mean is not None else "util n/a",
+        f"p10 {util.percentile(10):.0f} p90 {util.percentile(90):.0f}" if util.n else "",
+        f"mem max {mem / 2**30:.1f} GiB" if mem is not None else "mem n/a",
+        "process seen" if gpu.process_seen else "NO PROCESS",
+    ]
+    if gpu.nvlink_bytes:
+        parts.append(f"nvlink {gpu.nvlink_bytes / 1e9:.1f} GB")
+    return ", ".join(p for p in parts if p)
