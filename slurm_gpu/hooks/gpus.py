@@ -1,0 +1,107 @@
+"""Which GPUs belong to a job: Slurm's environment resolved to UUIDs.
+
+Slurm hands the prolog and epilog ``SLURM_JOB_GPUS`` (global GPU indices: the ``N`` of the
+gres.conf ``File=/dev/nvidiaN`` lines, i.e. the device minor number) and
+``CUDA_VISIBLE_DEVICES``, which may hold indices, ``GPU-…`` UUIDs or ``MIG-…`` UUIDs (possibly
+abbreviated to a unique prefix, as CUDA accepts). Ordinals are never trusted further than
+this: everything after this module uses UUIDs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_gpu.records import GpuInfo
+
+#: Values Slurm writes when a job has no GPU on this node.
+_NO_GPU = {"", "nodevfiles", "none", "void", "n/a"}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuResolution:
+    """The job's GPUs on this node, and what could not be matched (for the log)."""
+
+    uuids: tuple[str, ...]
+    via: str
+    """``SLURM_JOB_GPUS``, ``CUDA_VISIBLE_DEVICES`` or ``none``."""
+    unresolved: tuple[str, ...] = ()
+
+
+def _tokens(value: str | None) -> list[str]:
+    if value is None or value.strip().lower() in _NO_GPU:
+        return []
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def _by_ordinal(token: str, gpus: Sequence[GpuInfo]) -> str | None:
+    try:
+        n = int(token)
+    except ValueError:
+        return None
+    if n < 0:
+        return None
+    whole = [g for g in gpus if g.parent_uuid is None]
+    for g in whole:
+        if g.minor_number == n:
+            return g.uuid
+    # No minor numbers known (or none matches): fall back to the source's index.
+    if all(g.minor_number is None for g in whole):
+        for g in whole:
+            if g.index == n:
+                return g.uuid
+    return None
+
+
+def _by_uuid(token: str, gpus: Sequence[GpuInfo]) -> str | None:
+    low = token.lower()
+    if low.startswith("mig-gpu-") and "/" in low:
+        # Pre-R470 MIG syntax MIG-GPU-<uuid>/<gi>/<ci>: the physical GPU is all we can name.
+        low = low[len("mig-") :].split("/", 1)[0]
+    exact = [g.uuid for g in gpus if g.uuid.lower() == low]
+    if exact:
+        return exact[0]
+    if len(low) < len("GPU-") + 1:
+        return None
+    matches = [g.uuid for g in gpus if g.uuid.lower().startswith(low)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def resolve_job_gpus(
+    slurm_job_gpus: str | None, cuda_visible_devices: str | None, gpus: Sequence[GpuInfo]
+) -> GpuResolution:
+    """Resolve the job's GPUs on this node to UUIDs, in order, without duplicates.
+
+    UUIDs in ``CUDA_VISIBLE_DEVICES`` are the most specific (they name MIG slices) and win;
+    otherwise ``SLURM_JOB_GPUS`` indices are matched to ``GpuInfo.minor_number`` (falling back
+    to ``index`` when the source knows no minor numbers); otherwise integer
+    ``CUDA_VISIBLE_DEVICES`` entries are matched the same way. Garbage is reported in
+    ``unresolved``, never raised.
+    """
+    cvd = _tokens(cuda_visible_devices)
+    uuid_tokens = [t for t in cvd if t.lower().startswith(("gpu-", "mig-"))]
+    if uuid_tokens:
+        found = [(t, _by_uuid(t, gpus)) for t in uuid_tokens]
+        uuids = tuple(dict.fromkeys(u for _t, u in found if u))
+        if uuids:
+            return GpuResolution(
+                uuids, "CUDA_VISIBLE_DEVICES", tuple(t for t, u in found if u is None)
+            )
+    for via, tokens in (
+        ("SLURM_JOB_GPUS", _tokens(slurm_job_gpus)),
+        ("CUDA_VISIBLE_DEVICES", [t for t in cvd if t not in uuid_tokens]),
+    ):
+        if not tokens:
+            continue
+        found = [(t, _by_ordinal(t, gpus)) for t in tokens]
+        uuids = tuple(dict.fromkeys(u for _t, u in found if u))
+        unresolved = tuple(t for t, u in found if u is None)
+        if uuids:
+            return GpuResolution(uuids, via, unresolved)
+    all_tokens = _tokens(slurm_job_gpus) + cvd
+    return GpuResolution((), "none", tuple(dict.fromkeys(all_tokens)))
+
+
+def job_has_gpu_env(slurm_job_gpus: str | None, cuda_visible_devices: str | None) -> bool:
+    """Whether Slurm's environment names any GPU at all (cheap check before reading GPUs)."""
+    return bool(_tokens(slurm_job_gpus) or _tokens(cuda_visible_devices))

@@ -1,0 +1,526 @@
+"""Job host sampling: the job's CPU time, resident memory and I/O on this node over time.
+
+Three methods, probed in this order and recorded in every ``HostSample.method``:
+
+``cgroup2``
+    The job's cgroup v2 directory (Slurm 22.05+ puts it under
+    ``system.slice/slurmstepd.scope/job_<id>``): ``cpu.stat`` usage, ``memory.stat`` anon
+    (else ``memory.current``), ``io.stat``.
+``cgroup1``
+    ``cpuacct/slurm*/uid_<uid>/job_<id>/cpuacct.usage``, ``memory/.../memory.stat`` rss,
+    ``blkio/.../blkio.throttle.io_service_bytes``.
+``proc``
+    When Slurm tracks processes without cgroups (``proctrack/linuxproc``): the processes whose
+    environment holds ``SLURM_JOB_ID=<id>``, summing ``/proc/<pid>/stat``, ``statm`` and ``io``.
+    Counters are kept monotonic when processes exit (see ``ProcHostSampler``).
+
+Nothing here raises for one unreadable file: a value that cannot be read is ``None``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from slurm_gpu.records import HostSample
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _kv_file(path: str) -> dict[str, int]:
+    """Parse ``key value`` lines (cpu.stat, memory.stat) into ints; empty if unreadable."""
+    text = _read_text(path)
+    out: dict[str, int] = {}
+    if text is None:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+def _int_file(path: str) -> int | None:
+    text = _read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def count_cpu_list(text: str) -> int | None:
+    """Number of CPUs in a Linux CPU list such as ``0-3,8,10-11``; ``None`` if unparsable."""
+    total = 0
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                total += int(hi) - int(lo) + 1
+            else:
+                int(part)
+                total += 1
+    except ValueError:
+        return None
+    return total or None
+
+
+# --------------------------------------------------------------------------- cgroup v2
+
+
+def parse_io_stat_v2(text: str) -> tuple[int, int]:
+    """Sum ``rbytes``/``wbytes`` over devices of a cgroup v2 ``io.stat``."""
+    read = write = 0
+    for line in text.splitlines():
+        for token in line.split()[1:]:
+            key, _, value = token.partition("=")
+            if key == "rbytes":
+                read += int(value)
+            elif key == "wbytes":
+                write += int(value)
+    return read, write
+
+
+def parse_blkio_v1(text: str) -> tuple[int, int]:
+    """Sum Read/Write bytes over devices of a cgroup v1 ``blkio.throttle.io_service_bytes``."""
+    read = write = 0
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            if parts[1] == "Read":
+                read += int(parts[2])
+            elif parts[1] == "Write":
+                write += int(parts[2])
+    return read, write
+
+
+def find_cgroup2_dir(cgroup_root: str, job_id: str) -> str | None:
+    """The job's cgroup v2 directory, or ``None`` (also when the root is cgroup v1)."""
+    if not os.path.exists(os.path.join(cgroup_root, "cgroup.controllers")):
+        return None
+    candidates = [os.path.join(cgroup_root, "system.slice", "slurmstepd.scope", f"job_{job_id}")]
+    # Sites running several slurmd per host, or a non-systemd slurmd, use other parents.
+    candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", "*", f"job_{job_id}")))
+    candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", f"job_{job_id}")))
+    for path in candidates:
+        if os.path.isdir(path):
+            return path
+    return None
+
+
+def find_cgroup1_dirs(cgroup_root: str, job_id: str, uid: int | None) -> dict[str, str] | None:
+    """Controller -> job directory for cgroup v1 (``cpuacct`` required), or ``None``."""
+    uid_part = f"uid_{uid}" if uid is not None else "uid_*"
+    found: dict[str, str] = {}
+    for controller in ("cpuacct", "memory", "blkio", "cpuset"):
+        base = os.path.join(cgroup_root, controller)
+        if not os.path.isdir(base) and controller == "cpuacct":
+            base = os.path.join(cgroup_root, "cpu,cpuacct")
+        matches = sorted(glob.glob(os.path.join(base, "slurm*", uid_part, f"job_{job_id}")))
+        if matches:
+            found[controller] = matches[0]
+    return found if "cpuacct" in found else None
+
+
+class Cgroup2HostSampler:
+    """Reads one job's cgroup v2 directory."""
+
+    method = "cgroup2"
+
+    def __init__(self, job_dir: str) -> None:
+        self.job_dir = job_dir
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.job_dir, name)
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        now = time.time() if now_s is None else now_s
+        cpu = _kv_file(self._path("cpu.stat")).get("usage_usec")
+        mem_stat = _kv_file(self._path("memory.stat"))
+        rss: int | None = mem_stat.get("anon")
+        if rss is None:
+            rss = _int_file(self._path("memory.current"))
+        io_text = _read_text(self._path("io.stat"))
+        io_r, io_w = parse_io_stat_v2(io_text) if io_text is not None else (None, None)
+        return HostSample(
+            time_s=now,
+            cpu_time_s=cpu / 1e6 if cpu is not None else None,
+            rss_bytes=rss,
+            io_read_bytes=io_r,
+            io_write_bytes=io_w,
+            process_count=_int_file(self._path("pids.current")),
+            method=self.method,
+        )
+
+    def allocated_cores(self) -> int | None:
+        text = _read_text(self._path("cpuset.cpus.effective"))
+        return count_cpu_list(text) if text else None
+
+
+class Cgroup1HostSampler:
+    """Reads one job's cgroup v1 directories (one per controller)."""
+
+    method = "cgroup1"
+
+    def __init__(self, dirs: dict[str, str]) -> None:
+        self.dirs = dirs
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        now = time.time() if now_s is None else now_s
+        usage_ns = _int_file(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))
+        rss: int | None = None
+        if "memory" in self.dirs:
+            stat = _kv_file(os.path.join(self.dirs["memory"], "memory.stat"))
+            # total_rss is hierarchical (covers the step sub-cgroups); rss is this level only.
+            rss = stat.get("total_rss", stat.get("rss"))
+        io_r = io_w = None
+        if "blkio" in self.dirs:
+            for name in (
+                "blkio.throttle.io_service_bytes_recursive",
+                "blkio.throttle.io_service_bytes",
+            ):
+                text = _read_text(os.path.join(self.dirs["blkio"], name))
+                if text is not None:
+                    io_r, io_w = parse_blkio_v1(text)
+                    break
+        procs = 0
+        for _dirpath, _dirs, files in os.walk(self.dirs["cpuacct"]):
+            if "tasks" in files:
+                text = _read_text(os.path.join(_dirpath, "tasks"))
+                procs += len(text.split()) if text else 0
+        return HostSample(
+            time_s=now,
+            cpu_time_s=usage_ns / 1e9 if usage_ns is not None else None,
+            rss_bytes=rss,
+            io_read_bytes=io_r,
+            io_write_bytes=io_w,
+            process_count=procs,
+            method=self.method,
+        )
+
+    def allocated_cores(self) -> int | None:
+        if "cpuset" not in self.dirs:
+            return None
+        text = _read_text(os.path.join(self.dirs["cpuset"], "cpuset.cpus"))
+        return count_cpu_list(text) if text else None
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+@dataclass(slots=True)
+class _ProcState:
+    """What the proc sampler remembers about one job process between readings."""
+
+    ppid: int
+    cpu_s: float
+    """Own + reaped children's user+system time at the last reading, seconds."""
+    io_read: int
+    io_write: int
+
+
+def _parse_stat(text: str) -> tuple[int, int, float, float, str] | None:
+    """(ppid, starttime ticks, own cpu s, reaped children's cpu s, state) from /proc/pid/stat."""
+    # The command name is in parentheses and may hold spaces or ')'; split after the last ')'.
+    end = text.rfind(")")
+    if end < 0:
+        return None
+    fields = text[end + 2 :].split()
+    if len(fields) < 20:
+        return None
+    try:
+        state = fields[0]
+        ppid = int(fields[1])
+        own = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        children = (int(fields[13]) + int(fields[14])) / _CLK_TCK
+        start = int(fields[19])
+    except ValueError:
+        return None
+    return ppid, start, own, children, state
+
+
+def _parse_proc_io(text: str) -> tuple[int, int]:
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("read_bytes", "write_bytes"):
+            values[key] = int(value)
+    return values.get("read_bytes", 0), values.get("write_bytes", 0)
+
+
+class ProcHostSampler:
+    """Sums the job's processes from /proc, keeping counters monotonic.
+
+    A process belongs to the job when its initial environment holds ``SLURM_JOB_ID=<id>``
+    (readable by root; the sampler itself is started with that variable removed). Processes are
+    keyed by (pid, start time) so that a reused pid is a new process.
+
+    Why the bookkeeping: ``/proc/<pid>/stat`` shows a process's own CPU time and, in
+    cutime/cstime, that of the children it has reaped. Summing own+children over live job
+    processes counts everything once, as long as a process that exits is reaped by a live job
+    process (its time then moves into the parent's counters). When it is reaped by someone
+    outside the job (slurmstepd, init), its last seen value is kept in ``_exited``. The same holds
+    for ``/proc/<pid>/io``, which also includes reaped children.
+    """
+
+    method = "proc"
+
+    def __init__(
+        self,
+        job_id: str,
+        uid: int | None = None,
+        proc_root: str = "/proc",
+        *,
+        exclude_pids: frozenset[int] = frozenset(),
+    ) -> None:
+        self.job_id = job_id
+        self.uid = uid
+        self.proc_root = proc_root
+        self._needle = f"SLURM_JOB_ID={job_id}\0".encode()
+        self._exclude = exclude_pids | {os.getpid()}
+        self._tracked: dict[tuple[int, int], _ProcState] = {}
+        # (pid, start) -> whether it belongs to the job; environments do not change later.
+        self._membership: dict[tuple[int, int], bool] = {}
+        self._exited_cpu_s = 0.0
+        self._exited_io_read = 0
+        self._exited_io_write = 0
+        self._last_cpu_s = 0.0
+        self._last_io = (0, 0)
+        self._last_pid: int | None = None
+
+    def _is_job_process(self, pid: int) -> bool:
+        path = f"{self.proc_root}/{pid}"
+        if self.uid is not None:
+            try:
+                if os.stat(path).st_uid != self.uid:
+                    return False
+            except OSError:
+                return False
+        try:
+            with open(f"{path}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            return False
+        return (b"\0" + env).find(b"\0" + self._needle) >= 0 or env.endswith(self._needle[:-1])
+
+    def _pids(self) -> Iterator[int]:
+        try:
+            names = os.listdir(self.proc_root)
+        except OSError:
+            return
+        for name in names:
+            if name.isdigit():
+                pid = int(name)
+                if pid not in self._exclude:
+                    yield pid
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        now = time.time() if now_s is None else now_s
+        seen: dict[tuple[int, int], _ProcState] = {}
+        rss_pages = 0
+        for pid in self._pids():
+            stat_text = _read_text(f"{self.proc_root}/{pid}/stat")
+            parsed = _parse_stat(stat_text) if stat_text else None
+            if parsed is None:
+                continue
+            ppid, start, own, children, state = parsed
+            key = (pid, start)
+            member = self._membership.get(key)
+            if member is None:
+                member = self._is_job_process(pid)
+                self._membership[key] = member
+            if not member:
+                continue
+            io_text = _read_text(f"{self.proc_root}/{pid}/io")
+            io_r, io_w = _parse_proc_io(io_text) if io_text else (0, 0)
+            seen[key] = _ProcState(ppid, own + children, io_r, io_w)
+            if state != "Z":
+                statm = _read_text(f"{self.proc_root}/{pid}/statm")
+                if statm:
+                    parts = statm.split()
+                    if len(parts) > 1 and parts[1].isdigit():
+                        rss_pages += int(parts[1])
+            self._last_pid = pid
+        live_pids = {pid for pid, _start in seen}
+        for key, old in self._tracked.items():
+            if key in seen:
+                continue
+            # Gone. If a live job process was its parent, the parent reaped it and now carries
+            # its time in cutime/cstime; otherwise keep its last value ourselves.
+            if old.ppid not in live_pids:
+                self._exited_cpu_s += old.cpu_s
+                self._exited_io_read += old.io_read
+                self._exited_io_write += old.io_write
+        self._tracked = seen
+        # Forget membership of processes that are gone so the cache stays bounded.
+        if len(self._membership) > 4 * len(seen) + 1024:
+            current = set(self._pids())
+            self._membership = {k: v for k, v in self._membership.items() if k[0] in current}
+        cpu = self._exited_cpu_s + sum(s.cpu_s for s in seen.values())
+        io_r = self._exited_io_read + sum(s.io_read for s in seen.values())
+        io_w = self._exited_io_write + sum(s.io_write for s in seen.values())
+        # The last seen value of a process reaped outside the job lags its final value by at
+        # most one interval, and a reap by a parent can lag by a tick; never go backwards.
+        cpu = max(cpu, self._last_cpu_s)
+        io_r = max(io_r, self._last_io[0])
+        io_w = max(io_w, self._last_io[1])
+        self._last_cpu_s = cpu
+        self._last_io = (io_r, io_w)
+        return HostSample(
+            time_s=now,
+            cpu_time_s=cpu,
+            rss_bytes=rss_pages * _PAGE_BYTES,
+            io_read_bytes=io_r,
+            io_write_bytes=io_w,
+            process_count=len(seen),
+            method=self.method,
+        )
+
+    def allocated_cores(self) -> int | None:
+        """CPUs a job process may run on (its affinity), once one has been seen."""
+        if self._last_pid is None:
+            return None
+        text = _read_text(f"{self.proc_root}/{self._last_pid}/status")
+        if not text:
+            return None
+        for line in text.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return count_cpu_list(line.split(":", 1)[1])
+        return None
+
+
+class NullHostSampler:
+    """No way to see the job's processes: every reading is ``None`` with method ``none``."""
+
+    method = "none"
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        return HostSample(
+            time_s=time.time() if now_s is None else now_s,
+            cpu_time_s=None,
+            rss_bytes=None,
+            io_read_bytes=None,
+            io_write_bytes=None,
+            process_count=None,
+            method=self.method,
+        )
+
+    def allocated_cores(self) -> int | None:
+        return None
+
+
+class AutoHostSampler:
+    """Probes for the job's cgroup until the job shows up, then sticks to one method.
+
+    The prolog starts the sampler before slurmstepd has created the job's cgroup (with
+    ``PrologFlags=Alloc`` the prolog runs at allocation), so a single probe at start would fall
+    back to /proc for good. Until a cgroup appears or /proc shows a job process, every reading
+    probes again.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        uid: int | None,
+        *,
+        cgroup_root: str = "/sys/fs/cgroup",
+        proc_root: str = "/proc",
+        methods: tuple[str, ...] = ("cgroup2", "cgroup1", "proc"),
+    ) -> None:
+        self.job_id = job_id
+        self.uid = uid
+        self.cgroup_root = cgroup_root
+        self.methods = methods
+        self._proc: ProcHostSampler | None = (
+            ProcHostSampler(job_id, uid, proc_root)
+            if "proc" in methods and os.path.isdir(proc_root)
+            else None
+        )
+        self._chosen: Cgroup2HostSampler | Cgroup1HostSampler | ProcHostSampler | None = None
+
+    @property
+    def method(self) -> str:
+        if self._chosen is not None:
+            return self._chosen.method
+        return "proc" if self._proc is not None else "none"
+
+    def _probe_cgroups(self) -> Cgroup2HostSampler | Cgroup1HostSampler | None:
+        if "cgroup2" in self.methods:
+            found2 = find_cgroup2_dir(self.cgroup_root, self.job_id)
+            if found2 is not None:
+                return Cgroup2HostSampler(found2)
+        if "cgroup1" in self.methods:
+            found1 = find_cgroup1_dirs(self.cgroup_root, self.job_id, self.uid)
+            if found1 is not None:
+                return Cgroup1HostSampler(found1)
+        return None
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        if self._chosen is not None:
+            return self._chosen.sample(now_s)
+        cgroup = self._probe_cgroups()
+        if cgroup is not None:
+            self._chosen = cgroup
+            return cgroup.sample(now_s)
+        if self._proc is None:
+            return NullHostSampler().sample(now_s)
+        reading = self._proc.sample(now_s)
+        if reading.process_count:
+            self._chosen = self._proc
+        return reading
+
+    def allocated_cores(self) -> int | None:
+        if self._chosen is not None:
+            return self._chosen.allocated_cores()
+        return None
+
+
+HostSampler = (
+    Cgroup2HostSampler | Cgroup1HostSampler | ProcHostSampler | NullHostSampler | AutoHostSampler
+)
+
+
+def open_host_sampler(
+    job_id: str,
+    uid: int | None = None,
+    *,
+    cgroup_root: str = "/sys/fs/cgroup",
+    proc_root: str = "/proc",
+    methods: tuple[str, ...] = ("cgroup2", "cgroup1", "proc"),
+    exists: Callable[[str], bool] = os.path.isdir,
+) -> HostSampler:
+    """Probe cgroup v2, then v1, then /proc for the job, and return the first that applies.
+
+    The proc method always applies when /proc is readable; ``NullHostSampler`` is the last
+    resort.
+    """
+    if "cgroup2" in methods:
+        found2 = find_cgroup2_dir(cgroup_root, job_id)
+        if found2 is not None:
+            return Cgroup2HostSampler(found2)
+    if "cgroup1" in methods:
+        found1 = find_cgroup1_dirs(cgroup_root, job_id, uid)
+        if found1 is not None:
+            return Cgroup1HostSampler(found1)
+    if "proc" in methods and exists(proc_root):
+        return ProcHostSampler(job_id, uid, proc_root)
+    return NullHostSampler()

@@ -1,0 +1,500 @@
+"""The per-job spool on a compute node: paths, formats, readers and atomic writers.
+
+Layout (``JobSpool``)::
+
+    <spool_dir>/<job_id>/              root, 0711
+        <host>.jsonl                   samples: a header line, then one line per reading time
+        <host>.pid                     the sampler's pid and start time
+        <host>.state                   checkpoint: aggregates + byte offset into the jsonl
+        <host>.record                  the sealed NodeRecord (atomic rename), root 0600
+        <host>.live.json               small live summary, owned by the job's uid, 0400
+
+Spool lines (JSON Lines, one object per line, ``\\n``-terminated)::
+
+    {"schema": "slurm-gpu/spool", "version": 1, "job_id": "42", "hostname": "n1", "uid": 1001,
+     "interval_s": 10.0, "source": "nvml", "gpus": [GpuInfo...], "started_s": 1763719200.0}
+    {"t": 1763719210.0, "g": [GpuSample without uuid/time_s, in header order], "h": HostSample}
+
+A reader rejects an unknown schema or version with ``SpoolFormatError`` and ignores a
+truncated last line (a crash mid-write), reporting ``truncated=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.recordcodec import from_jsonable, to_jsonable
+from slurm_gpu.records import GpuInfo, GpuSample, HostSample, NodeRecord
+
+SPOOL_SCHEMA = "slurm-gpu/spool"
+SPOOL_VERSION = 1
+RECORD_SCHEMA = "slurm-gpu/node-record"
+RECORD_VERSION = 1
+STATE_SCHEMA = "slurm-gpu/sampler-state"
+STATE_VERSION = 1
+
+JOB_DIR_MODE = 0o711
+FILE_MODE = 0o600
+LIVE_MODE = 0o400
+
+_JOB_ID_RE = re.compile(r"^[0-9]+$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_job_id(job_id: str) -> str:
+    """A raw Slurm job id (digits only), so it is safe as a directory name."""
+    if not _JOB_ID_RE.match(job_id):
+        raise SpoolFormatError(
+            f"not a raw Slurm job id: {job_id!r}", hint="use JobIDRaw, digits only"
+        )
+    return job_id
+
+
+def check_hostname(hostname: str) -> str:
+    if not _HOST_RE.match(hostname) or ".." in hostname:
+        raise SpoolFormatError(f"unusable host name: {hostname!r}")
+    return hostname
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpool:
+    """Paths of one job's spool files on one host."""
+
+    spool_dir: str
+    job_id: str
+    hostname: str
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job_id)
+        check_hostname(self.hostname)
+
+    @property
+    def job_dir(self) -> str:
+        return os.path.join(self.spool_dir, self.job_id)
+
+    def _file(self, suffix: str) -> str:
+        return os.path.join(self.job_dir, f"{self.hostname}{suffix}")
+
+    @property
+    def jsonl(self) -> str:
+        return self._file(".jsonl")
+
+    @property
+    def pid(self) -> str:
+        return self._file(".pid")
+
+    @property
+    def state(self) -> str:
+        return self._file(".state")
+
+    @property
+    def record(self) -> str:
+        return self._file(".record")
+
+    @property
+    def live(self) -> str:
+        return self._file(".live.json")
+
+    def create_dir(self) -> None:
+        """Create ``<spool_dir>`` (0700 if new) and the job dir (0711), root-owned."""
+        if not os.path.isdir(self.spool_dir):
+            os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.job_dir, JOB_DIR_MODE)
+        os.chmod(self.job_dir, JOB_DIR_MODE)
+
+
+# --------------------------------------------------------------------------- atomic files
+
+
+def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, uid: int | None = None) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same directory, fsync, rename.
+
+    Readers see the old file or the new one, never a part. ``uid`` chowns the file (root only).
+    Raises ``OSError``.
+    """
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            _write_all(fd, data)
+            if uid is not None:
+                os.fchown(fd, uid, -1)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# --------------------------------------------------------------------------- spool lines
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolHeader:
+    """The first line of a spool file."""
+
+    job_id: str
+    hostname: str
+    uid: int | None
+    interval_s: float
+    source: str
+    gpus: tuple[GpuInfo, ...]
+    started_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One spool line: every GPU's sample and the host sample at one time."""
+
+    time_s: float
+    gpus: tuple[GpuSample, ...]
+    host: HostSample | None
+
+
+def encode_header(header: SpoolHeader) -> bytes:
+    body = {"schema": SPOOL_SCHEMA, "version": SPOOL_VERSION, **to_jsonable(header)}
+    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def decode_header(line: bytes) -> SpoolHeader:
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise SpoolFormatError(f"spool header is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SPOOL_SCHEMA:
+        raise SpoolFormatError(
+            "not a slurm-gpu spool file", hint=f"the first line must have schema {SPOOL_SCHEMA}"
+        )
+    if data.get("version") != SPOOL_VERSION:
+        raise SpoolFormatError(
+            f"spool version {data.get('version')!r} is not supported (this reader knows "
+            f"{SPOOL_VERSION})",
+            hint="upgrade slurm-gpu on this host to read it",
+        )
+    del data["schema"], data["version"]
+    try:
+        return from_jsonable(SpoolHeader, data)
+    except (ValueError, TypeError) as exc:
+        raise SpoolFormatError(f"bad spool header: {exc}") from None
+
+
+def _sample_dict(sample: GpuSample) -> dict[str, Any]:
+    d: dict[str, Any] = to_jsonable(sample, omit_defaults=True)
+    d.pop("uuid", None)
+    d.pop("time_s", None)
+    return d
+
+
+def encode_reading(time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> bytes:
+    """One spool line (with its newline). GPU samples must follow the header's GPU order."""
+    body: dict[str, Any] = {"t": time_s, "g": [_sample_dict(s) for s in gpus]}
+    if host is not None:
+        h = to_jsonable(host)
+        del h["time_s"]
+        body["h"] = h
+    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def decode_reading(line: bytes, header: SpoolHeader) -> Reading:
+    """Parse one spool line; ``SpoolFormatError`` when it does not fit the header."""
+    try:
+        data = json.loads(line)
+        t = float(data["t"])
+        raw = data["g"]
+        if len(raw) != len(header.gpus):
+            raise ValueError("GPU count differs from the header")
+        gpus = tuple(
+            from_jsonable(GpuSample, {**d, "uuid": info.uuid, "time_s": t})
+            for d, info in zip(raw, header.gpus, strict=True)
+        )
+        host = from_jsonable(HostSample, {**data["h"], "time_s": t}) if "h" in data else None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpoolFormatError(f"bad spool line: {exc}") from None
+    return Reading(time_s=t, gpus=gpus, host=host)
+
+
+class SpoolWriter:
+    """Appends to a spool file: the header once, then a line per reading, flushed each time.
+
+    fsync only happens at ``sync()`` (checkpoints) to keep the per-reading cost low.
+    """
+
+    def __init__(self, path: str, header: SpoolHeader) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.fchmod(self._fd, FILE_MODE)
+            if os.fstat(self._fd).st_size == 0:
+                _write_all(self._fd, encode_header(header))
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def append(self, time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> None:
+        """Write one line. Raises ``OSError`` (ENOSPC, EIO); a partial line may then remain,
+        which readers ignore when it is the last."""
+        _write_all(self._fd, encode_reading(time_s, gpus, host))
+
+    def sync(self) -> int:
+        """fsync and return the file size: the offset a checkpoint may resume from."""
+        os.fsync(self._fd)
+        return os.fstat(self._fd).st_size
+
+    def size(self) -> int:
+        """Bytes written so far (no fsync)."""
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolContents:
+    header: SpoolHeader
+    readings: tuple[Reading, ...]
+    truncated: bool
+    """The last line was incomplete or unparsable and was ignored."""
+
+
+def iter_readings(
+    path: str, header: SpoolHeader, offset: int
+) -> Iterator[tuple[Reading | None, int]]:
+    """Yield (reading, end offset) for complete lines from ``offset``; a final incomplete or
+    corrupt line yields (None, offset of its start) and stops."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        pos = offset
+        for line in fh:
+            if not line.endswith(b"\n"):
+                yield None, pos
+                return
+            try:
+                reading = decode_reading(line, header)
+            except SpoolFormatError:
+                # A torn write followed by a later line can leave garbage mid-file; skip it.
+                pos += len(line)
+                continue
+            pos += len(line)
+            yield reading, pos
+
+
+def read_header(path: str) -> tuple[SpoolHeader, int]:
+    """The header and the offset of the first reading line."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+    except OSError as exc:
+        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    if not first.endswith(b"\n"):
+        raise SpoolFormatError(f"{path}: no complete header line")
+    return decode_header(first), len(first)
+
+
+def read_spool(path: str) -> SpoolContents:
+    """Read a whole spool file (tests and tools; the epilog reads only the tail)."""
+    header, offset = read_header(path)
+    readings = []
+    truncated = False
+    for reading, _end in iter_readings(path, header, offset):
+        if reading is None:
+            truncated = True
+        else:
+            readings.append(reading)
+    return SpoolContents(header=header, readings=tuple(readings), truncated=truncated)
+
+
+# --------------------------------------------------------------------------- sealed record
+
+
+def encode_record(record: NodeRecord) -> bytes:
+    body = {"schema": RECORD_SCHEMA, "version": RECORD_VERSION, "record": to_jsonable(record)}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_record(data: bytes, *, where: str = "record") -> NodeRecord:
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise SpoolFormatError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
+        raise SpoolFormatError(f"{where}: not a slurm-gpu node record")
+    if body.get("version") != RECORD_VERSION:
+        raise SpoolFormatError(
+            f"{where}: node record version {body.get('version')!r} is not supported (this "
+            f"reader knows {RECORD_VERSION})",
+            hint="upgrade slurm-gpu on the collector host",
+        )
+    try:
+        return from_jsonable(NodeRecord, body.get("record"))
+    except (ValueError, TypeError) as exc:
+        raise SpoolFormatError(f"{where}: bad node record: {exc}") from None
+
+
+def write_record(path: str, record: NodeRecord) -> None:
+    """Seal: write the record atomically, root 0600. Raises ``OSError``."""
+    write_atomic(path, encode_record(record), mode=FILE_MODE)
+
+
+def read_record(path: str) -> NodeRecord:
+    """Read a sealed record; ``SpoolFormatError`` when unreadable, corrupt or of an unknown
+    version."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    return decode_record(data, where=path)
+
+
+@dataclass(frozen=True, slots=True)
+class SealedRecord:
+    job_id: str
+    hostname: str
+    path: str
+
+
+def list_sealed(spool_dir: str) -> list[SealedRecord]:
+    """Every sealed ``<job_id>/<host>.record`` under ``spool_dir``, oldest job id first.
+
+    Entries that are not job directories are skipped; a missing spool dir gives an empty list.
+    """
+    out: list[SealedRecord] = []
+    try:
+        jobs = os.listdir(spool_dir)
+    except OSError:
+        return out
+    for job in sorted((j for j in jobs if _JOB_ID_RE.match(j)), key=int):
+        job_dir = os.path.join(spool_dir, job)
+        try:
+            names = os.listdir(job_dir)
+        except OSError:
+            continue
+        for name in sorted(names):
+            if name.endswith(".record") and not name.startswith("."):
+                out.append(SealedRecord(job, name[: -len(".record")], os.path.join(job_dir, name)))
+    return out
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def write_state(path: str, aggregates: dict[str, Any], offset: int, notes: Sequence[str]) -> None:
+    """Write the sampler checkpoint atomically. ``offset`` is the jsonl size the aggregates
+    include (readings after it must be folded on recovery)."""
+    body = {
+        "schema": STATE_SCHEMA,
+        "version": STATE_VERSION,
+        "offset": offset,
+        "notes": list(notes),
+        "aggregates": aggregates,
+    }
+    write_atomic(path, json.dumps(body, separators=(",", ":")).encode(), mode=FILE_MODE)
+
+
+def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
+    """(aggregates, offset, notes) from a checkpoint; ``SpoolFormatError`` if bad."""
+    try:
+        with open(path, "rb") as fh:
+            body = json.loads(fh.read())
+    except OSError as exc:
+        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise SpoolFormatError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(body, dict) or body.get("schema") != STATE_SCHEMA:
+        raise SpoolFormatError(f"{path}: not a sampler checkpoint")
+    if body.get("version") != STATE_VERSION:
+        raise SpoolFormatError(f"{path}: checkpoint version {body.get('version')!r} unknown")
+    try:
+        return dict(body["aggregates"]), int(body["offset"]), [str(n) for n in body["notes"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpoolFormatError(f"{path}: bad checkpoint: {exc}") from None
+
+
+# --------------------------------------------------------------------------- pid file
+
+
+def process_start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); with
+    the pid it identifies a process even after the pid is reused. ``None`` if gone."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    end = text.rfind(b")")
+    try:
+        return int(text[end + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def write_pidfile(path: str, pid: int) -> None:
+    """Write ``<pid> <start ticks>`` atomically, root 0600."""
+    start = process_start_ticks(pid)
+    write_atomic(path, f"{pid} {start if start is not None else '-'}\n".encode())
+
+
+def read_pidfile(path: str) -> tuple[int, int | None] | None:
+    """(pid, start ticks or None) from a pid file; ``None`` if missing or unparsable."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            parts = fh.read().split()
+        pid = int(parts[0])
+        start = int(parts[1]) if len(parts) > 1 and parts[1] != "-" else None
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return (pid, start) if pid > 1 else None
+
+
+# --------------------------------------------------------------------------- live summary
+
+
+LIVE_SCHEMA = "slurm-gpu/live"
+LIVE_VERSION = 1
+
+
+def write_live(path: str, summary: dict[str, Any], uid: int | None) -> None:
+    """Write the live summary owned by the job's uid, mode 0400 (readable by that user only).
+
+    As root with a uid, the file is chowned; otherwise it stays the writer's.
+    """
+    body = {"schema": LIVE_SCHEMA, "version": LIVE_VERSION, **summary}
+    owner = uid if uid is not None and os.geteuid() == 0 else None
+    write_atomic(path, json.dumps(body, separators=(",", ":")).encode(), mode=LIVE_MODE, uid=owner)
+
+
+def read_live(path: str) -> dict[str, Any]:
+    """The live summary; ``SpoolFormatError`` when unreadable or of an unknown version."""
+    try:
+        with open(path, "rb") as fh:
+            body = json.loads(fh.read())
+    except OSError as exc:
+        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise SpoolFormatError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(body, dict) or body.get("schema") != LIVE_SCHEMA:
+        raise SpoolFormatError(f"{path}: not a live summary")
+    if body.get("version") != LIVE_VERSION:
+        raise SpoolFormatError(f"{path}: live summary version {body.get('version')!r} unknown")
+    return body

@@ -1,0 +1,261 @@
+"""Spool format, sealed records, checkpoints, live summary (slurm_gpu.spool)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample
+from slurm_gpu.spool import (
+    JobSpool,
+    SpoolHeader,
+    SpoolWriter,
+    decode_header,
+    encode_header,
+    list_sealed,
+    read_header,
+    read_live,
+    read_pidfile,
+    read_record,
+    read_spool,
+    read_state,
+    write_live,
+    write_pidfile,
+    write_record,
+    write_state,
+)
+
+INFO = (
+    GpuInfo(uuid="GPU-a", index=0, minor_number=0, name="H100", compute_capability=(9, 0)),
+    GpuInfo(uuid="MIG-b", parent_uuid="GPU-x", mig_profile="1g.10gb"),
+)
+HEADER = SpoolHeader(
+    job_id="42",
+    hostname="n1",
+    uid=1000,
+    interval_s=10.0,
+    source="virtual",
+    gpus=INFO,
+    started_s=1000.0,
+)
+FULL = GpuSample(
+    uuid="GPU-a",
+    time_s=1010.0,
+    utilization_pct=55.5,
+    utilization_samples_pct=(50.0, 61.0),
+    memory_utilization_pct=20.0,
+    memory_used_bytes=123,
+    memory_total_bytes=456,
+    power_w=300.5,
+    energy_mj=99,
+    sm_clock_mhz=1980,
+    memory_clock_mhz=2619,
+    throttle_reasons=4,
+    temperature_c=70.0,
+    pcie_tx_bytes_per_s=1.5,
+    pcie_rx_bytes_per_s=2.5,
+    nvlink_tx_bytes=10,
+    nvlink_rx_bytes=20,
+    ecc_corrected_total=1,
+    ecc_uncorrected_total=0,
+    xid_events=(79,),
+    processes=(GpuProcess(pid=7, used_memory_bytes=100), GpuProcess(pid=8)),
+    sm_active_pct=40.0,
+    sm_occupancy_pct=20.0,
+    tensor_active_pct=10.0,
+)
+LOST = GpuSample(uuid="MIG-b", time_s=1010.0, available=False)
+HOST = HostSample(
+    time_s=1010.0,
+    cpu_time_s=12.5,
+    rss_bytes=2**30,
+    io_read_bytes=5,
+    io_write_bytes=6,
+    process_count=3,
+    method="proc",
+)
+
+
+def write_spool(path: Path, n: int) -> None:
+    w = SpoolWriter(str(path), HEADER)
+    for i in range(n):
+        t = 1010.0 + 10 * i
+        w.append(t, [FULL, LOST], HOST)
+    w.close()
+
+
+def test_header_roundtrip_and_sample_header_fields(tmp_path: Path) -> None:
+    line = encode_header(HEADER)
+    data = json.loads(line)
+    assert data["schema"] == "slurm-gpu/spool" and data["version"] == 1
+    assert {"job_id", "hostname", "uid", "interval_s", "source", "gpus", "started_s"} <= data.keys()
+    assert decode_header(line) == HEADER
+
+
+@pytest.mark.parametrize(
+    "change", [{"version": 2}, {"schema": "other"}, {"version": None}, {"gpus": "x"}]
+)
+def test_unknown_header_rejected(change: dict[str, object]) -> None:
+    data = json.loads(encode_header(HEADER))
+    data.update(change)
+    with pytest.raises(SpoolFormatError):
+        decode_header(json.dumps(data).encode())
+
+
+def test_readings_roundtrip_and_file_mode(tmp_path: Path) -> None:
+    path = tmp_path / "n1.jsonl"
+    write_spool(path, 3)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    contents = read_spool(str(path))
+    assert contents.header == HEADER
+    assert not contents.truncated
+    assert len(contents.readings) == 3
+    r = contents.readings[1]
+    assert r.time_s == 1020.0
+    assert r.gpus[0] == GpuSample(**{**_fields(FULL), "time_s": 1020.0})
+    assert r.gpus[1] == GpuSample(uuid="MIG-b", time_s=1020.0, available=False)
+    assert r.host == HostSample(**{**_fields(HOST), "time_s": 1020.0})
+
+
+def _fields(obj: object) -> dict[str, object]:
+    return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]
+
+
+def test_truncated_last_line_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "n1.jsonl"
+    write_spool(path, 4)
+    data = path.read_bytes()
+    path.write_bytes(data[:-25])
+    contents = read_spool(str(path))
+    assert contents.truncated
+    assert len(contents.readings) == 3
+
+
+def test_appending_to_existing_file_keeps_one_header(tmp_path: Path) -> None:
+    path = tmp_path / "n1.jsonl"
+    write_spool(path, 2)
+    write_spool(path, 2)
+    assert len(read_spool(str(path)).readings) == 4
+
+
+def test_empty_or_foreign_spool_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"")
+    with pytest.raises(SpoolFormatError):
+        read_header(str(path))
+    path.write_bytes(b'{"hello": 1}\n')
+    with pytest.raises(SpoolFormatError):
+        read_spool(str(path))
+    with pytest.raises(SpoolFormatError):
+        read_header(str(tmp_path / "missing.jsonl"))
+
+
+def make_record(complete: bool = True):  # type: ignore[no-untyped-def]
+    agg = NodeAggregator(
+        job_id="42",
+        hostname="n1",
+        uid=1000,
+        interval_s=10.0,
+        source="virtual",
+        gpus=INFO,
+        started_s=1000.0,
+    )
+    for i in range(5):
+        agg.add(1010.0 + 10 * i, [FULL, LOST], HOST)
+    return agg.record(ended_s=1100.0, complete=complete, notes=["gpu_lost:MIG-b"])
+
+
+def test_record_roundtrip_atomic_and_private(tmp_path: Path) -> None:
+    rec = make_record()
+    path = tmp_path / "n1.record"
+    write_record(str(path), rec)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_record(str(path)) == rec
+    assert [p.name for p in tmp_path.iterdir()] == ["n1.record"]  # no temporary left
+
+
+def test_record_unknown_version_or_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "n1.record"
+    write_record(str(path), make_record())
+    body = json.loads(path.read_bytes())
+    body["version"] = 99
+    path.write_text(json.dumps(body))
+    with pytest.raises(SpoolFormatError, match="version 99"):
+        read_record(str(path))
+    body["version"] = 1
+    del body["record"]["gpus"]
+    path.write_text(json.dumps(body))
+    with pytest.raises(SpoolFormatError, match="gpus"):
+        read_record(str(path))
+    path.write_text("{not json")
+    with pytest.raises(SpoolFormatError):
+        read_record(str(path))
+
+
+def test_list_sealed(tmp_path: Path) -> None:
+    for job in ("100", "9"):
+        paths = JobSpool(str(tmp_path), job, "n1")
+        paths.create_dir()
+        write_record(paths.record, make_record())
+    JobSpool(str(tmp_path), "55", "n1").create_dir()  # running: no record yet
+    (tmp_path / "owners").mkdir()
+    (tmp_path / "notajob").mkdir()
+    found = list_sealed(str(tmp_path))
+    assert [(r.job_id, r.hostname) for r in found] == [("9", "n1"), ("100", "n1")]
+    assert list_sealed(str(tmp_path / "nope")) == []
+
+
+def test_job_dir_mode(tmp_path: Path) -> None:
+    paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
+    paths.create_dir()
+    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o711
+    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("job_id", ["../1", "1/2", "", "12a", "1 2"])
+def test_unsafe_job_ids_rejected(job_id: str) -> None:
+    with pytest.raises(SpoolFormatError):
+        JobSpool("/tmp", job_id, "n1")
+
+
+def test_unsafe_hostname_rejected() -> None:
+    with pytest.raises(SpoolFormatError):
+        JobSpool("/tmp", "1", "../etc")
+
+
+def test_state_roundtrip(tmp_path: Path) -> None:
+    path = tmp_path / "n1.state"
+    write_state(str(path), {"a": [1, 2]}, 1234, ["x"])
+    assert read_state(str(path)) == ({"a": [1, 2]}, 1234, ["x"])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_text('{"schema": "slurm-gpu/sampler-state", "version": 7}')
+    with pytest.raises(SpoolFormatError):
+        read_state(str(path))
+
+
+def test_live_summary_owned_by_job_user_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "n1.live.json"
+    write_live(str(path), {"gpus": []}, uid=4321)
+    st = path.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o400
+    if os.geteuid() == 0:
+        assert st.st_uid == 4321
+    # Rewriting a 0400 file works (rename, not open for writing).
+    write_live(str(path), {"gpus": [1]}, uid=4321)
+    assert read_live(str(path))["gpus"] == [1]
+
+
+def test_pidfile_roundtrip(tmp_path: Path) -> None:
+    path = tmp_path / "n1.pid"
+    write_pidfile(str(path), os.getpid())
+    pid, start = read_pidfile(str(path)) or (0, None)
+    assert pid == os.getpid() and start is not None
+    path.write_text("garbage")
+    assert read_pidfile(str(path)) is None
+    assert read_pidfile(str(tmp_path / "none.pid")) is None
