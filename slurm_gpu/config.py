@@ -112,6 +112,124 @@ class ReportSettings:
 
 
 @dataclass(frozen=True)
+class AnalysisSettings:
+    """Thresholds of the diagnosis rules and the headroom of recommendations (units in names)."""
+
+    min_elapsed_s: int = _opt(
+        120, "Jobs shorter than this get 'not enough data' instead of a diagnosis.", min=0
+    )
+    min_samples: int = _opt(3, "GPU readings needed before a GPU is diagnosed.", min=1)
+    idle_pct: float = _opt(
+        5.0, "A timeline bucket at or below this duty cycle counts as idle.", min=0, max=100
+    )
+    unused_max_duty_pct: float = _opt(
+        1.0, "An allocated GPU whose mean duty cycle stays at or below this is unused.", min=0
+    )
+    low_duty_pct: float = _opt(
+        50.0, "A mean duty cycle below this is low utilization.", min=0, max=100
+    )
+    small_memory_pct: float = _opt(
+        40.0, "A GPU memory peak below this share of capacity is little memory.", min=0, max=100
+    )
+    steady_max_idle_pct: float = _opt(
+        50.0, "Low duty cycle is 'steady' when at most this share of readings is idle.", min=0
+    )
+    low_sm_active_pct: float = _opt(
+        25.0, "SM activity below this on a busy GPU means kernels too small to fill it.", min=0
+    )
+    cpu_saturated_pct: float = _opt(
+        75.0, "Host cores busy at or above this share of the allocation saturate it.", min=0
+    )
+    stall_share_pct: float = _opt(
+        25.0,
+        "Share of time with low GPU duty cycle and saturated CPUs that makes a job input-bound.",
+        min=0,
+        max=100,
+    )
+    min_cpus_per_gpu: int = _opt(
+        4, "Fewer allocated cores per GPU than this is too few when the CPUs are busy.", min=1
+    )
+    tensor_idle_pct: float = _opt(
+        5.0,
+        "Tensor activity at or below this share of busy time means unused.",
+        min=0,
+        max=100,
+    )
+    tensor_busy_min_duty_pct: float = _opt(
+        30.0, "Tensor cores are judged only on GPUs at least this busy.", min=0, max=100
+    )
+    tensor_min_compute_major: int = _opt(
+        7, "Lowest compute capability (major) that has tensor cores.", min=1
+    )
+    near_full_memory_pct: float = _opt(
+        95.0, "A GPU memory peak at or above this share of capacity is near OOM.", min=0, max=100
+    )
+    oversized_memory_pct: float = _opt(
+        25.0, "A GPU memory peak below this share of capacity fits a smaller GPU.", min=0, max=100
+    )
+    oversized_duty_pct: float = _opt(
+        30.0, "... when the mean duty cycle is also below this.", min=0, max=100
+    )
+    imbalance_spread_pct: float = _opt(
+        30.0, "Spread (max - min) of the used GPUs' mean duty cycles that is imbalance.", min=0
+    )
+    comm_idle_traffic_pct: float = _opt(
+        20.0,
+        "Share of NVLink bytes moved while the GPU was idle that is a communication wait.",
+        min=0,
+        max=100,
+    )
+    time_used_max_pct: float = _opt(
+        40.0, "Elapsed below this share of the time limit is over-requested time.", min=0
+    )
+    time_unused_min_s: int = _opt(
+        3600, "... and only when at least this much of the limit went unused.", min=0
+    )
+    cpu_efficiency_max_pct: float = _opt(
+        25.0, "CPU efficiency (as seff) below this is over-requested cores.", min=0, max=100
+    )
+    cpu_idle_min_cores: int = _opt(
+        4, "... and only when at least this many cores went unused.", min=0
+    )
+    mem_efficiency_max_pct: float = _opt(
+        25.0, "Memory efficiency (as seff) below this is over-requested memory.", min=0, max=100
+    )
+    mem_unused_min_bytes: int = _opt(
+        8 * 1024**3, "... and only when at least this much memory went unused.", min=0
+    )
+    idle_edge_min_s: float = _opt(
+        600.0, "An idle head or tail at least this long is reported ...", min=0
+    )
+    idle_edge_min_pct: float = _opt(
+        10.0, "... when it is also at least this share of the job.", min=0, max=100
+    )
+    throttle_min_pct: float = _opt(
+        10.0, "Throttled for at least this share of the job is reported to the site.", min=0
+    )
+    headroom_time_pct: float = _opt(30.0, "Headroom over the longest run for --time.", min=0)
+    headroom_mem_pct: float = _opt(25.0, "Headroom over the peak resident memory for --mem.", min=0)
+    headroom_gpu_mem_pct: float = _opt(
+        20.0, "Headroom over the GPU memory peak when choosing a MIG slice.", min=0
+    )
+    headroom_cpu_pct: float = _opt(
+        25.0, "Headroom over the busiest cores for --cpus-per-gpu.", min=0
+    )
+    time_round_s: int = _opt(900, "--time is rounded up to a multiple of this.", min=60)
+    time_round_long_s: int = _opt(
+        3600, "... or of this, for times longer than time_round_long_after_s.", min=60
+    )
+    time_round_long_after_s: int = _opt(14400, "Where the coarser --time rounding begins.", min=0)
+    mem_round_bytes: int = _opt(1024**3, "--mem is rounded up to a multiple of this.", min=1)
+    mig_partitions: tuple[str, ...] = _opt(
+        [], "Partitions whose GPUs are MIG slices; empty: never recommend a MIG profile."
+    )
+    mig_profiles: tuple[str, ...] = _opt(
+        ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        "MIG profiles offered in mig_partitions (memory read from the name).",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
 
@@ -120,6 +238,7 @@ class Settings:
     hooks: HooksSettings = field(default_factory=HooksSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
