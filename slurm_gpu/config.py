@@ -112,6 +112,28 @@ class ReportSettings:
 
 
 @dataclass(frozen=True)
+class CollectorSettings:
+    node_wait_s: float = _opt(
+        600.0, "Wait this long for every node's record of a multi-node job.", min=0
+    )
+    settle_timeout_s: float = _opt(
+        3600.0, "Re-poll unsettled accounting this long, then store the job as it is.", min=0
+    )
+    missing_lookback_s: float = _opt(
+        86400.0, "How far back to look for GPU jobs that left no telemetry.", min=0
+    )
+    missing_grace_s: float = _opt(
+        600.0, "A GPU job without a record is 'missing' only this long after its end.", min=0
+    )
+    done_retention_s: float = _opt(
+        259200.0, "Keep ingested spool files in <state_dir>/done this long.", min=0
+    )
+    interval_s: float = _opt(
+        300.0, "Seconds between passes of 'slurm-gpu collect' without --once.", min=1
+    )
+
+
+@dataclass(frozen=True)
 class AnalysisSettings:
     """Thresholds of the diagnosis rules and the headroom of recommendations (units in names)."""
 
@@ -238,6 +260,7 @@ class Settings:
     hooks: HooksSettings = field(default_factory=HooksSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    collector: CollectorSettings = field(default_factory=CollectorSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
