@@ -255,9 +255,11 @@ def recommendation_from_mapping(rec: Mapping[str, Any]) -> RecommendationView:
     )
 
 
-def telemetry_from_stored(stored: Any, wording: Wording | None = None) -> Telemetry:
+def telemetry_from_stored(
+    stored: Any, wording: Wording | None = None, *, spark_points: int = SPARK_POINTS
+) -> Telemetry:
     """The final GPU part from the store's ``StoredJob`` (nodes, findings, recommendations)."""
-    gpus = gpu_lines_from_records(stored.nodes)
+    gpus = gpu_lines_from_records(stored.nodes, spark_points=spark_points)
     findings = []
     recs: list[RecommendationView] = []
     seen_lines: set[tuple[str, ...]] = set()

@@ -24,8 +24,9 @@ def make_accounting(settings: Settings) -> Any:
 class StoreAndSpoolReader:
     """``TelemetryReader`` over the store (ended jobs) and the live spool (running jobs)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, spark_points: int = adapter.SPARK_POINTS) -> None:
         self._settings = settings
+        self._spark_points = spark_points
         self._store: Any = None
         self._wording: adapter.Wording | None = None
 
@@ -42,7 +43,7 @@ class StoreAndSpoolReader:
         stored = self._open_store().get_job(job.job_id, timelines=True)
         if stored is None:
             return None
-        return adapter.telemetry_from_stored(stored, self._wording)
+        return adapter.telemetry_from_stored(stored, self._wording, spark_points=self._spark_points)
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job on every node readable; ``None`` if none."""

@@ -1,0 +1,232 @@
+"""The mail program's decisions: enrich this mail, queue it for a digest, or hand it back.
+
+Slurm runs ``MailProg -s SUBJECT USER`` as SlurmUser with the job in the environment
+(``SLURM_JOB_ID``, ``SLURM_JOB_MAIL_TYPE``, ``SLURM_JOB_STATE``, ``SLURM_ARRAY_JOB_ID``…). Only
+END and FAIL mails of GPU jobs are enriched; everything else goes to the site's ordinary mail
+program unchanged (the CLI does that exec). All I/O goes through injected seams so the tests
+drive the real logic with a real SMTP server and fake accounting.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from slurm_gpu.accounting.base import AccountingSource
+from slurm_gpu.notify.message import MessageBuilder, recipient_address
+from slurm_gpu.notify.state import MailState
+from slurm_gpu.notify.transport import Mailer
+from slurm_gpu.records import JobRecord
+from slurm_gpu.userreport.model import JobReport, Telemetry
+from slurm_gpu.userreport.service import TelemetryReader, report_for
+
+#: SLURM_JOB_MAIL_TYPE values (Slurm writes "Ended"/"Failed"; --mail-type spells END/FAIL).
+ENRICHED_MAIL_TYPES = frozenset({"END", "ENDED", "FAIL", "FAILED"})
+
+_WHOLE_ARRAY_RE = re.compile(r"Job_id=\d+_\*")
+
+
+class Outcome(StrEnum):
+    """What the mail program did with one invocation."""
+
+    FALLBACK = "fallback"
+    """Not ours to enrich: the site's mail program must send it as it is."""
+    SENT = "sent"
+    QUEUED = "queued"
+    """Throttled: the job waits for the user's next digest."""
+    DUPLICATE = "duplicate"
+    """Already sent or queued for this job."""
+
+
+@dataclass(frozen=True, slots=True)
+class MailRequest:
+    """One invocation as Slurm made it."""
+
+    subject: str
+    recipients: tuple[str, ...]
+    job_id: str | None
+    mail_type: str | None
+    job_state: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+
+    @classmethod
+    def from_env(
+        cls, subject: str, recipients: Sequence[str], environ: Mapping[str, str]
+    ) -> MailRequest:
+        """The request from MailProg's arguments and environment."""
+        return cls(
+            subject=subject,
+            recipients=tuple(recipients),
+            job_id=environ.get("SLURM_JOB_ID") or None,
+            mail_type=environ.get("SLURM_JOB_MAIL_TYPE") or None,
+            job_state=environ.get("SLURM_JOB_STATE") or None,
+            array_job_id=environ.get("SLURM_ARRAY_JOB_ID") or None,
+            array_task_id=environ.get("SLURM_ARRAY_TASK_ID") or None,
+        )
+
+    @property
+    def enrichable(self) -> bool:
+        """Whether this is an END or FAIL mail about a known job, to exactly one recipient."""
+        return (
+            self.job_id is not None
+            and self.job_id.isdigit()
+            and (self.mail_type or "").strip().upper() in ENRICHED_MAIL_TYPES
+            and len(self.recipients) == 1
+        )
+
+    @property
+    def whole_array(self) -> bool:
+        """Whether Slurm mails about a whole array (one mail when every task ended)."""
+        return bool(self.array_job_id) and (
+            not self.array_task_id or bool(_WHOLE_ARRAY_RE.search(self.subject))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyOptions:
+    """The ``[mail]`` settings the decisions need (seconds in names)."""
+
+    recipient_domain: str = ""
+    wait_for_record_s: float = 120.0
+    poll_interval_s: float = 3.0
+    digest_window_s: float = 3600.0
+    max_per_user_per_window: int = 3
+    min_elapsed_s: float = 30.0
+
+
+class WaitingReader:
+    """A ``TelemetryReader`` that waits (bounded) for an ended job's record to be stored.
+
+    The collector stores a job shortly after its epilog; Slurm sends the END mail at about the
+    same moment. ``collect`` (optional) asks the collector to ingest this job now instead.
+    """
+
+    def __init__(
+        self,
+        inner: TelemetryReader,
+        *,
+        deadline_s: float,
+        poll_interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        collect: Callable[[str], None] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._deadline_s = deadline_s
+        self._poll = poll_interval_s
+        self._clock, self._sleep = clock, sleep
+        self._collect = collect
+
+    def final(self, job: JobRecord) -> Telemetry | None:
+        """The stored telemetry, waiting for it until the deadline."""
+        tried_collect = False
+        while True:
+            tel = self._inner.final(job)
+            if tel is not None:
+                return tel
+            if self._collect is not None and not tried_collect:
+                tried_collect = True
+                self._collect(job.job_id)
+                continue
+            if self._clock() + self._poll > self._deadline_s:
+                return None
+            self._sleep(self._poll)
+
+    def live(self, job: JobRecord) -> Telemetry | None:
+        """Live telemetry (no waiting)."""
+        return self._inner.live(job)
+
+
+class Notifier:
+    """Decides and sends. One instance per mail-program invocation (or per ``--flush``)."""
+
+    def __init__(
+        self,
+        *,
+        accounting: AccountingSource,
+        reader: TelemetryReader,
+        builder: MessageBuilder,
+        mailer: Mailer,
+        state: MailState,
+        options: NotifyOptions,
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        collect: Callable[[str], None] | None = None,
+    ) -> None:
+        self.accounting = accounting
+        self.reader = reader
+        self.builder = builder
+        self.mailer = mailer
+        self.state = state
+        self.opts = options
+        self._now, self._clock, self._sleep = now, clock, sleep
+        self._collect = collect
+
+    def _waiting(self) -> WaitingReader:
+        return WaitingReader(
+            self.reader,
+            deadline_s=self._clock() + self.opts.wait_for_record_s,
+            poll_interval_s=self.opts.poll_interval_s,
+            clock=self._clock,
+            sleep=self._sleep,
+            collect=self._collect,
+        )
+
+    def _reports(self, jobs: Sequence[JobRecord]) -> list[JobReport]:
+        reader = self._waiting()
+        return [report_for(j, reader, min_elapsed_s=self.opts.min_elapsed_s) for j in jobs]
+
+    def handle(self, req: MailRequest) -> Outcome:
+        """Enrich, queue or hand back one mail. Raises ``MailError``/``AccountingError``."""
+        if not req.enrichable:
+            return Outcome.FALLBACK
+        assert req.job_id is not None
+        query = req.array_job_id if req.whole_array and req.array_job_id else req.job_id
+        found = self.accounting.get_jobs([query])
+        jobs = sorted(found.values(), key=lambda j: j.job_id)
+        if not req.whole_array:
+            jobs = [j for j in jobs if j.job_id == req.job_id] or jobs[:1]
+        if not jobs or not any((j.alloc_tres.gpus or 0) > 0 for j in jobs):
+            return Outcome.FALLBACK
+        recipient = recipient_address(req.recipients[0], self.opts.recipient_domain)
+        user = jobs[0].user
+        key = f"array:{query}" if req.whole_array else req.job_id
+        admitted = self.state.admit(
+            user,
+            recipient,
+            key,
+            now_s=self._now(),
+            window_s=self.opts.digest_window_s,
+            max_per_window=self.opts.max_per_user_per_window,
+        )
+        if not admitted:
+            queued = {q.job_id for q in self.state.queued()}
+            return Outcome.QUEUED if key in queued else Outcome.DUPLICATE
+        reports = self._reports(jobs)
+        msg = self.builder.build(reports, to=recipient, original_subject=req.subject)
+        self.mailer.send(msg, [recipient])
+        return Outcome.SENT
+
+    def flush(self) -> int:
+        """Send every due digest; returns how many were sent."""
+        due = self.state.take_due_digests(now_s=self._now(), window_s=self.opts.digest_window_s)
+        sent = 0
+        for queued in due.values():
+            ids: list[str] = []
+            for q in queued:
+                ids.append(q.job_id.removeprefix("array:"))
+            found = self.accounting.get_jobs(ids)  # one accounting query per digest
+            jobs = sorted(found.values(), key=lambda j: j.job_id)
+            if not jobs:
+                continue
+            reports = self._reports(jobs)
+            recipient = queued[0].recipient
+            msg = self.builder.build(reports, to=recipient)
+            self.mailer.send(msg, [recipient])
+            sent += 1
+        return sent
