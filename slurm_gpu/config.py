@@ -90,28 +90,6 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
-class ReportSettings:
-    """The weekly admin report (``slurm-gpu report weekly``)."""
-
-    site_name: str = _opt("slurm-gpu", "Site or cluster name in the report's title.")
-    admin_emails: tuple[str, ...] = _opt(
-        [], "Addresses that get the weekly report with --mail."
-    )
-    trend_weeks: int = _opt(8, "Weeks shown in the trend section.", min=1, max=104)
-    top_n: int = _opt(10, "Rows in the top users and top accounts tables.", min=1, max=1000)
-    worst_jobs_per_user: int = _opt(5, "Worst jobs listed per top user.", min=1, max=100)
-    table_rows: int = _opt(
-        25, "Most rows of the never-used GPU and idle head/tail tables.", min=1, max=10000
-    )
-    idle_edge_min_s: float = _opt(
-        600.0, "Idle head or tail of at least this many seconds lists a job.", min=0
-    )
-    template_dir: str = _opt(
-        "", "Directory whose templates override templates/report, file by file; empty: none."
-    )
-
-
-@dataclass(frozen=True)
 class CollectorSettings:
     node_wait_s: float = _opt(
         600.0, "Wait this long for every node's record of a multi-node job.", min=0
@@ -252,6 +230,90 @@ class AnalysisSettings:
 
 
 @dataclass(frozen=True)
+class GpueffSettings:
+    """The ``gpueff`` command users run."""
+
+    min_elapsed_s: float = _opt(
+        30.0, "Jobs shorter than this get 'too short for a GPU reading', not numbers.", min=0
+    )
+    template_dir: str = _opt(
+        "", "Directory whose templates override templates/gpueff, file by file; empty: none."
+    )
+
+
+@dataclass(frozen=True)
+class MailSettings:
+    """The e-mail after each job (``slurm-gpu mail``, Slurm's MailProg)."""
+
+    fallback_mailprog: str = _opt(
+        "/usr/bin/mail", "Mail program run, with the same arguments, for every other mail."
+    )
+    transport: str = _opt("smtp", "How messages leave.", choices=("smtp", "sendmail"))
+    smtp_host: str = _opt("localhost", "SMTP server.")
+    smtp_port: int = _opt(25, "SMTP port.", min=1, max=65535)
+    smtp_starttls: bool = _opt(False, "Upgrade the SMTP connection with STARTTLS.")
+    smtp_user: str = _opt("", "SMTP login; empty: no authentication.")
+    smtp_password_file: str = _opt(
+        "", "File holding the SMTP password (readable by SlurmUser only)."
+    )
+    smtp_timeout_s: float = _opt(30.0, "SMTP connection timeout, seconds.", min=1, max=600)
+    sendmail_path: str = _opt("/usr/sbin/sendmail", "Local sendmail (transport = sendmail).")
+    from_address: str = _opt("slurm-gpu@localhost", "From: address of every message.")
+    recipient_domain: str = _opt(
+        "", "Domain added to a bare user name (--mail-user alice, or none given)."
+    )
+    docs_url: str = _opt("", "Site page on GPU jobs, linked from every message; empty: none.")
+    template_dir: str = _opt(
+        "", "Directory whose templates override templates/mail, file by file; empty: none."
+    )
+    charts: bool = _opt(True, "Attach utilization charts as inline PNG images.")
+    wait_for_record_s: float = _opt(
+        120.0, "Longest wait for the job's stored record before mailing without it.", min=0
+    )
+    poll_interval_s: float = _opt(3.0, "Seconds between two looks for the record.", min=0.1)
+    digest_window_s: float = _opt(
+        3600.0,
+        "Array tasks and bursts of one user within this window share one digest.",
+        min=0,
+    )
+    max_per_user_per_window: int = _opt(
+        3, "Single messages per user per window before the rest go into a digest.", min=1
+    )
+    waste_policy: bool = _opt(
+        False, "Mail users whose job wasted GPU-hours even without --mail-type."
+    )
+    waste_min_gpu_hours: float = _opt(
+        4.0, "Idle GPU-hours of one job that trigger the policy mail.", min=0
+    )
+    waste_period_s: float = _opt(
+        7 * 86400.0, "At most one policy mail per user per this period.", min=0
+    )
+    opt_out_file: str = _opt(
+        "", "File with one user name per line who never get policy mails; empty: none."
+    )
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """The weekly admin report (``slurm-gpu report weekly``)."""
+
+    site_name: str = _opt("slurm-gpu", "Site or cluster name in the report's title.")
+    admin_emails: tuple[str, ...] = _opt([], "Addresses that get the weekly report with --mail.")
+    trend_weeks: int = _opt(8, "Weeks shown in the trend section.", min=1, max=104)
+    top_n: int = _opt(10, "Rows in the top users and top accounts tables.", min=1, max=1000)
+    worst_jobs_per_user: int = _opt(5, "Worst jobs listed per top user.", min=1, max=100)
+    table_rows: int = _opt(
+        25, "Most rows of the never-used GPU and idle head/tail tables.", min=1, max=10000
+    )
+    idle_edge_min_s: float = _opt(
+        600.0, "Idle head or tail of at least this many seconds lists a job.", min=0
+    )
+    template_dir: str = _opt(
+        "", "Directory whose templates override templates/report, file by file; empty: none."
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
 
@@ -262,6 +324,8 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    gpueff: GpueffSettings = field(default_factory=GpueffSettings)
+    mail: MailSettings = field(default_factory=MailSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
