@@ -267,6 +267,10 @@ class FakeAccounting:
     def jobs_between(
         self, start_s: float, end_s: float, users: Sequence[str] | None = None
     ) -> list[JobRecord]:
+        from slurm_gpu.errors import AccountingError
+
+        if self.fail:
+            raise AccountingError("sacct: slurmdbd unreachable")
         self.between_calls.append((start_s, end_s))
         return [
             j

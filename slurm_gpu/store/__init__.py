@@ -19,6 +19,7 @@ from slurm_gpu.store.store import (
     StoreInfo,
     idle_head_tail_s,
     mask_url,
+    migrate_store,
 )
 
 
@@ -42,5 +43,6 @@ __all__ = [
     "StoredJob",
     "idle_head_tail_s",
     "mask_url",
+    "migrate_store",
     "open_store",
 ]

@@ -563,6 +563,20 @@ def open_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         raise StoreError(f"bad store URL ({exc})", hint="check [store] url") from None
 
 
+def migrate_store(url: str) -> list[migrations.Migration]:
+    """Create or migrate the store at ``url``; the migrations applied (empty: already current).
+
+    Raises ``StoreError``.
+    """
+    engine = open_engine(url)
+    try:
+        return migrations.migrate(engine)
+    except SQLAlchemyError as exc:
+        raise _store_error(url, exc) from None
+    finally:
+        engine.dispose()
+
+
 def _chunks(seq: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]

@@ -1,0 +1,67 @@
+"""``slurm-gpu store``: migrate the store and show what it holds."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from slurm_gpu.cli.common import settings_from
+
+
+@click.group("store")
+def cli() -> None:
+    """Create, migrate and inspect the store (SQLite file or PostgreSQL)."""
+
+
+@cli.command("migrate")
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create the store or bring it to this release's schema (a no-op when it is current)."""
+    from slurm_gpu.store import mask_url, migrate_store
+    from slurm_gpu.store.migrations import LATEST_VERSION
+
+    settings = settings_from(ctx)
+    applied = migrate_store(settings.store_url)
+    url = mask_url(settings.store_url)
+    if not applied:
+        click.echo(f"{url}: already at schema version {LATEST_VERSION}")
+    for m in applied:
+        click.echo(f"{url}: applied migration {m.version}: {m.name}")
+
+
+@cli.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def info(ctx: click.Context, as_json: bool) -> None:
+    """Schema version, rows per table, jobs per telemetry status, size on disk."""
+    from slurm_gpu.store import Store
+
+    settings = settings_from(ctx)
+    with Store.open(settings.store_url, migrate=False) as store:
+        i = store.info()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "url": i.url,
+                    "dialect": i.dialect,
+                    "schema_version": i.schema_version,
+                    "latest_version": i.latest_version,
+                    "rows": dict(i.rows),
+                    "telemetry": dict(i.telemetry),
+                    "size_bytes": i.size_bytes,
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"store:          {i.url} ({i.dialect})")
+    click.echo(f"schema version: {i.schema_version} (this release: {i.latest_version})")
+    for table, n in i.rows.items():
+        click.echo(f"{table + ':':<15} {n} rows")
+    if i.telemetry:
+        status = ", ".join(f"{k} {v}" for k, v in sorted(i.telemetry.items()))
+        click.echo(f"telemetry:      {status}")
+    if i.size_bytes is not None:
+        click.echo(f"size:           {i.size_bytes / 2**20:.1f} MiB")

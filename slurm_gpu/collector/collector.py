@@ -1,0 +1,496 @@
+"""The collector: sealed node records + Slurm accounting -> (analysis) -> the store.
+
+One pass (``Collector.run_once``):
+
+1. lists the sealed records in the spool; a record that cannot be read is moved to
+   ``<state_dir>/quarantine/`` with a log line, the others go on;
+2. groups them by job and asks accounting about the jobs in batches (one query per batch);
+3. keeps for a later pass every job that is not ready: accounting not settled yet (still
+   RUNNING or COMPLETING, or TRES not recorded: slurmdbd gets them seconds after the end),
+   or a multi-node job whose other nodes have not sealed yet. After ``settle_timeout_s`` /
+   ``node_wait_s`` it ingests what exists and says so (``missing_hosts``);
+4. runs the optional analysis hook and writes the batch to the store in one transaction;
+5. only after the commit, moves the job's files to ``<state_dir>/done/`` (kept
+   ``done_retention_s`` for debugging, then deleted);
+6. asks accounting for GPU jobs that ended recently and stores those that left no record at
+   all with telemetry ``missing`` (hooks not installed, or the sampler never started).
+
+A crash at any point loses nothing (records leave the spool only after their commit) and
+duplicates nothing (a job is keyed by id; re-ingesting replaces its rows). Only one collector
+runs at a time (``CollectorLock``, taken by the caller).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from slurm_gpu.accounting.base import is_settled
+from slurm_gpu.errors import AccountingError, SpoolFormatError
+from slurm_gpu.records import JobRecord, NodeRecord
+from slurm_gpu.store import (
+    TELEMETRY_COMPLETE,
+    TELEMETRY_MISSING,
+    TELEMETRY_NONE,
+    TELEMETRY_RECOVERED,
+    FindingLike,
+    JobBundle,
+    Store,
+)
+
+log = logging.getLogger("slurm_gpu.collector")
+
+#: Per-host spool files moved to ``done/`` with the record (the record last, see ``_finish``).
+_KEEP_SUFFIXES = (".jsonl", ".state")
+#: Per-host spool files deleted once the job is stored.
+_DROP_SUFFIXES = (".live.json", ".pid")
+_MISSING_STATE = "missing-pass.json"
+
+Analyse = Callable[[JobRecord, Sequence[NodeRecord]], Sequence[FindingLike]]
+
+
+class Accounting(Protocol):
+    """What the collector needs of ``slurm_gpu.accounting.AccountingSource``."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]: ...
+
+    def jobs_between(
+        self, start_s: float, end_s: float, users: Sequence[str] | None = None
+    ) -> list[JobRecord]: ...
+
+
+class SealedLike(Protocol):
+    """A sealed record's location (``slurm_gpu.spool.SealedRecord``)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+
+class RecordReader(Protocol):
+    """The spool's read side (``slurm_gpu.spool``)."""
+
+    def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]: ...
+
+    def read_record(self, path: str) -> NodeRecord: ...
+
+
+class _SpoolModule:
+    """``slurm_gpu.spool`` behind the ``RecordReader`` seam."""
+
+    def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]:
+        from slurm_gpu import spool
+
+        return spool.list_sealed(spool_dir)
+
+    def read_record(self, path: str) -> NodeRecord:
+        from slurm_gpu import spool
+
+        return spool.read_record(path)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    """Timing and batching of the collector (``[collector]`` and ``[accounting]`` settings)."""
+
+    batch_size: int = 500
+    """Jobs per accounting query and per store transaction."""
+    node_wait_s: float = 600.0
+    """How long after a job's end to wait for every node's record before ingesting what
+    exists (the others are listed in ``missing_hosts``)."""
+    settle_timeout_s: float = 3600.0
+    """How long after the newest record to wait for accounting to settle before storing the
+    job as accounting has it (or quarantining the records when accounting never knew it)."""
+    missing_lookback_s: float = 86400.0
+    """How far back the missing-telemetry pass looks for ended GPU jobs."""
+    missing_grace_s: float = 600.0
+    """A GPU job is declared ``missing`` only this long after it ended (its record may still
+    be on its way)."""
+    done_retention_s: float = 3 * 86400.0
+    """How long ingested files stay in ``<state_dir>/done/`` for debugging."""
+    analysis_version: str | None = None
+    """Stored with the findings of the ``analyse`` hook."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectReport:
+    """What one pass did; every tuple holds job ids unless named otherwise."""
+
+    ingested: tuple[str, ...] = ()
+    missing_telemetry: tuple[str, ...] = ()
+    """GPU jobs stored without any record."""
+    partial: tuple[str, ...] = ()
+    """Ingested with some nodes' records missing."""
+    waiting_nodes: tuple[str, ...] = ()
+    """Left in the spool: not every node has sealed yet."""
+    unsettled: tuple[str, ...] = ()
+    """Left in the spool: accounting not settled yet."""
+    no_accounting: tuple[str, ...] = ()
+    """Left in the spool: accounting does not know the job (yet)."""
+    quarantined: tuple[str, ...] = ()
+    """Paths of the files moved to quarantine."""
+    analysis_failed: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    """One line per accounting failure (the affected jobs stay in the spool)."""
+
+
+@dataclass
+class _Acc:
+    ingested: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    unsettled: list[str] = field(default_factory=list)
+    no_accounting: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    analysis_failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def report(self) -> CollectReport:
+        return CollectReport(
+            ingested=tuple(self.ingested),
+            missing_telemetry=tuple(self.missing),
+            partial=tuple(self.partial),
+            waiting_nodes=tuple(self.waiting),
+            unsettled=tuple(self.unsettled),
+            no_accounting=tuple(self.no_accounting),
+            quarantined=tuple(self.quarantined),
+            analysis_failed=tuple(self.analysis_failed),
+            errors=tuple(self.errors),
+        )
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
+def telemetry_status(job: JobRecord, nodes: Sequence[NodeRecord], missing: Sequence[str]) -> str:
+    """``complete`` / ``recovered`` / ``missing`` / ``none`` for a job and its records."""
+    has_gpus = bool(job.alloc_tres.gpus) or any(n.gpus for n in nodes)
+    if not has_gpus:
+        return TELEMETRY_NONE
+    if not nodes:
+        return TELEMETRY_MISSING
+    if missing or not all(n.complete for n in nodes):
+        return TELEMETRY_RECOVERED
+    return TELEMETRY_COMPLETE
+
+
+@dataclass
+class _Pending:
+    job_id: str
+    files: list[SealedLike]
+    nodes: list[NodeRecord]
+
+
+class Collector:
+    """Ingests the spool into the store. The caller holds ``CollectorLock``."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        accounting: Accounting,
+        spool_dir: str,
+        state_dir: str,
+        options: CollectorOptions | None = None,
+        analyse: Analyse | None = None,
+        reader: RecordReader | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.accounting = accounting
+        self.spool_dir = spool_dir
+        self.state_dir = state_dir
+        self.options = options or CollectorOptions()
+        self.analyse = analyse
+        self.reader = reader or _SpoolModule()
+        self.clock = clock
+        self.done_dir = os.path.join(state_dir, "done")
+        self.quarantine_dir = os.path.join(state_dir, "quarantine")
+
+    # ----------------------------------------------------------------- the pass
+
+    def run_once(self, job_id: str | None = None, *, missing_pass: bool = True) -> CollectReport:
+        """One pass over the spool (only ``job_id``'s records when given).
+
+        Raises ``StoreError`` when the store cannot be written (nothing leaves the spool
+        then). Accounting failures are reported in ``CollectReport.errors``.
+        """
+        acc = _Acc()
+        now = self.clock()
+        self._prune_done(now)
+        pending = self._read_spool(job_id, acc)
+        ids = sorted(pending, key=_id_key)
+        size = max(1, self.options.batch_size)
+        for i in range(0, len(ids), size):
+            chunk = ids[i : i + size]
+            try:
+                jobs = self.accounting.get_jobs(chunk)
+            except AccountingError as exc:
+                msg = f"accounting query for {len(chunk)} job(s) failed: {exc}"
+                log.error("%s; they stay in the spool", msg)
+                acc.errors.append(msg)
+                continue
+            bundles = []
+            for jid in chunk:
+                bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
+                if bundle is not None:
+                    bundles.append(bundle)
+            if not bundles:
+                continue
+            self.store.write_batch(bundles, collected_at_s=now)
+            # Committed: only now may the files leave the spool.
+            for b in bundles:
+                self._finish(pending[b.job.job_id])
+                acc.ingested.append(b.job.job_id)
+                log.info(
+                    "job %s stored: %s telemetry, %d node record(s)",
+                    b.job.job_id,
+                    b.telemetry,
+                    len(b.nodes),
+                )
+        if missing_pass and job_id is None:
+            self._missing_pass(now, set(pending), acc)
+        return acc.report()
+
+    # ----------------------------------------------------------------- spool
+
+    def _read_spool(self, only: str | None, acc: _Acc) -> dict[str, _Pending]:
+        pending: dict[str, _Pending] = {}
+        for sealed in self.reader.list_sealed(self.spool_dir):
+            if only is not None and sealed.job_id != only:
+                continue
+            try:
+                record = self.reader.read_record(sealed.path)
+                if record.job_id != sealed.job_id:
+                    raise SpoolFormatError(
+                        f"{sealed.path}: record of job {record.job_id} in the directory of "
+                        f"job {sealed.job_id}"
+                    )
+            except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
+                self._quarantine(sealed, str(exc), acc)
+                continue
+            except FileNotFoundError:
+                continue  # vanished since the listing (a concurrent cleanup): nothing to do
+            p = pending.setdefault(sealed.job_id, _Pending(sealed.job_id, [], []))
+            p.files.append(sealed)
+            p.nodes.append(record)
+        return pending
+
+    def _quarantine(self, sealed: SealedLike, reason: str, acc: _Acc) -> None:
+        os.makedirs(self.quarantine_dir, mode=0o700, exist_ok=True)
+        base = f"{sealed.job_id}.{os.path.basename(sealed.path)}"
+        dest = os.path.join(self.quarantine_dir, base)
+        n = 1
+        while os.path.exists(dest):
+            dest = os.path.join(self.quarantine_dir, f"{base}.{n}")
+            n += 1
+        try:
+            with open(dest + ".reason", "w", encoding="utf-8") as fh:
+                fh.write(reason + "\n")
+            shutil.move(sealed.path, dest)
+        except OSError as exc:
+            log.error("job %s: cannot quarantine %s: %s", sealed.job_id, sealed.path, exc)
+            return
+        acc.quarantined.append(dest)
+        log.warning(
+            "job %s: corrupt record %s moved to %s: %s", sealed.job_id, sealed.path, dest, reason
+        )
+
+    # ----------------------------------------------------------------- one job
+
+    def _prepare(
+        self, p: _Pending, job: JobRecord | None, now: float, acc: _Acc
+    ) -> JobBundle | None:
+        newest_end = max(n.ended_s for n in p.nodes)
+        if job is None:
+            if now - newest_end < self.options.settle_timeout_s:
+                acc.no_accounting.append(p.job_id)
+                log.info("job %s: not in accounting yet; will retry", p.job_id)
+                return None
+            for sealed in p.files:
+                self._quarantine(
+                    sealed,
+                    f"accounting does not know job {p.job_id} "
+                    f"{self.options.settle_timeout_s:.0f} s after its record was sealed",
+                    acc,
+                )
+            return None
+        if not is_settled(job):
+            if now - newest_end < self.options.settle_timeout_s:
+                acc.unsettled.append(p.job_id)
+                log.info("job %s: accounting not settled (%s); will retry", p.job_id, job.state)
+                return None
+            log.warning(
+                "job %s: accounting still not settled (%s) after %.0f s; storing it as it is",
+                p.job_id,
+                job.state,
+                now - newest_end,
+            )
+        seen = {_short(n.hostname) for n in p.nodes}
+        missing = tuple(h for h in job.nodelist if _short(h) not in seen)
+        if missing:
+            since = max(newest_end, job.end_s or newest_end)
+            if now - since < self.options.node_wait_s:
+                acc.waiting.append(p.job_id)
+                log.info("job %s: waiting for the record of %s", p.job_id, ",".join(missing))
+                return None
+            acc.partial.append(p.job_id)
+            log.warning(
+                "job %s: no record from %s after %.0f s; storing the other nodes",
+                p.job_id,
+                ",".join(missing),
+                now - since,
+            )
+        nodes = tuple(sorted(p.nodes, key=lambda n: n.hostname))
+        findings: tuple[FindingLike, ...] = ()
+        version = None
+        if self.analyse is not None:
+            try:
+                findings = tuple(self.analyse(job, nodes))
+                version = self.options.analysis_version
+            except Exception as exc:  # a rule bug must not keep the job out of the store
+                acc.analysis_failed.append(p.job_id)
+                log.exception(
+                    "job %s: analysis failed (%s); stored without findings", p.job_id, exc
+                )
+        return JobBundle(
+            job=job,
+            nodes=nodes,
+            telemetry=telemetry_status(job, nodes, missing),
+            missing_hosts=missing,
+            findings=findings,
+            analysis_version=version,
+        )
+
+    def _finish(self, p: _Pending) -> None:
+        """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir."""
+        dest_dir = os.path.join(self.done_dir, p.job_id)
+        os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+        job_dir = os.path.join(self.spool_dir, p.job_id)
+        for sealed in p.files:
+            # The record goes last: a crash before it leaves the record in the spool, and the
+            # next pass re-ingests (idempotently) and finishes the move.
+            host = sealed.hostname
+            for suffix in _DROP_SUFFIXES:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(job_dir, host + suffix))
+            for suffix in _KEEP_SUFFIXES:
+                src = os.path.join(job_dir, host + suffix)
+                if os.path.exists(src):
+                    shutil.move(src, os.path.join(dest_dir, host + suffix))
+            shutil.move(sealed.path, os.path.join(dest_dir, os.path.basename(sealed.path)))
+        with contextlib.suppress(OSError):
+            os.rmdir(job_dir)  # only when empty: other nodes' files may still be arriving
+
+    def _prune_done(self, now: float) -> None:
+        try:
+            entries = os.listdir(self.done_dir)
+        except OSError:
+            return
+        for name in entries:
+            path = os.path.join(self.done_dir, name)
+            try:
+                if now - os.stat(path).st_mtime > self.options.done_retention_s:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                continue
+
+    # ----------------------------------------------------------------- missing telemetry
+
+    def _missing_pass(self, now: float, in_spool: set[str], acc: _Acc) -> None:
+        opts = self.options
+        end = now - opts.missing_grace_s
+        start = now - opts.missing_lookback_s
+        state_path = os.path.join(self.state_dir, _MISSING_STATE)
+        try:
+            with open(state_path, encoding="utf-8") as fh:
+                checked = float(json.load(fh)["checked_until_s"])
+            # Re-look a grace period back: accounting may have learnt of late ends since.
+            start = max(start, checked - opts.missing_grace_s)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if end <= start:
+            return
+        try:
+            jobs = self.accounting.jobs_between(start, end)
+        except AccountingError as exc:
+            msg = f"accounting query for recently ended GPU jobs failed: {exc}"
+            log.error(msg)
+            acc.errors.append(msg)
+            return
+        spool_dirs = _spool_job_dirs(self.spool_dir)
+        candidates = {
+            j.job_id: j
+            for j in jobs
+            if j.alloc_tres.gpus
+            and is_settled(j)
+            and j.end_s is not None
+            and start <= j.end_s < end
+            and j.job_id not in in_spool
+            and not _has_record(self.spool_dir, j.job_id, spool_dirs)
+        }
+        if candidates:
+            stored = self.store.existing_job_ids(candidates)
+            bundles = [
+                JobBundle(job=j, nodes=(), telemetry=TELEMETRY_MISSING, missing_hosts=j.nodelist)
+                for jid, j in sorted(candidates.items(), key=lambda kv: _id_key(kv[0]))
+                if jid not in stored
+            ]
+            size = max(1, opts.batch_size)
+            for i in range(0, len(bundles), size):
+                self.store.write_batch(bundles[i : i + size], collected_at_s=now)
+            for b in bundles:
+                acc.missing.append(b.job.job_id)
+                log.warning(
+                    "job %s: GPU job without telemetry (hooks not installed on %s, or the "
+                    "sampler never started); stored as missing",
+                    b.job.job_id,
+                    ",".join(b.job.nodelist) or "its nodes",
+                )
+        tmp = state_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"checked_until_s": end}, fh)
+        os.replace(tmp, state_path)
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    return (int(job_id), job_id) if job_id.isdigit() else (1 << 62, job_id)
+
+
+def _spool_job_dirs(spool_dir: str) -> set[str]:
+    try:
+        return set(os.listdir(spool_dir))
+    except OSError:
+        return set()
+
+
+def _has_record(spool_dir: str, job_id: str, dirs: set[str]) -> bool:
+    if job_id not in dirs:
+        return False
+    try:
+        return any(n.endswith(".record") for n in os.listdir(os.path.join(spool_dir, job_id)))
+    except OSError:
+        return False
+
+
+__all__ = [
+    "Accounting",
+    "Analyse",
+    "CollectReport",
+    "Collector",
+    "CollectorOptions",
+    "RecordReader",
+    "telemetry_status",
+]

@@ -1,0 +1,334 @@
+"""The collector: spool + (fake) accounting -> store; waiting, quarantine, missing telemetry."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import store_fixtures
+from store_fixtures import FakeAccounting, dump_db, make_job, make_node
+
+from slurm_gpu import spool
+from slurm_gpu.collector import Collector, CollectorLock, CollectorOptions
+from slurm_gpu.records import JobRecord, NodeRecord
+from slurm_gpu.store import (
+    TELEMETRY_COMPLETE,
+    TELEMETRY_MISSING,
+    TELEMETRY_NONE,
+    TELEMETRY_RECOVERED,
+    Store,
+)
+
+store_url = store_fixtures.store_url
+_pg_url = store_fixtures._pg_url
+
+END = 1_700_000_100.0
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass
+class Env:
+    spool_dir: Path
+    state_dir: Path
+    url: str
+    accounting: FakeAccounting
+    clock: Clock
+
+    def seal(self, record: NodeRecord) -> Path:
+        js = spool.JobSpool(str(self.spool_dir), record.job_id, record.hostname)
+        js.create_dir()
+        spool.write_record(js.record, record)
+        Path(js.jsonl).write_text("{}\n")
+        return Path(js.record)
+
+    def add_job(self, job: JobRecord, *hosts: str, gpus: int = 1) -> None:
+        self.accounting.jobs[job.job_id] = job
+        for host in hosts:
+            self.seal(make_node(job.job_id, host, gpus=gpus))
+
+    def collector(self, store: Store, **opts: object) -> Collector:
+        return Collector(
+            store=store,
+            accounting=self.accounting,
+            spool_dir=str(self.spool_dir),
+            state_dir=str(self.state_dir),
+            options=CollectorOptions(**opts),  # type: ignore[arg-type]
+            clock=self.clock,
+        )
+
+    def run(self, **opts: object) -> object:
+        with Store.open(self.url) as store:
+            return self.collector(store, **opts).run_once()
+
+    def records(self) -> list[str]:
+        return sorted(f"{r.job_id}/{r.hostname}" for r in spool.list_sealed(str(self.spool_dir)))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return Env(
+        spool_dir=tmp_path / "spool",
+        state_dir=tmp_path / "state",
+        url=f"sqlite:///{tmp_path}/state/store.db",
+        accounting=FakeAccounting(),
+        clock=Clock(END + 30),
+    )
+
+
+def test_ingests_records_in_batches_and_moves_them_after_the_commit(env: Env) -> None:
+    for i in range(5):
+        env.add_job(make_job(str(100 + i)), "node1")
+    report = env.run(batch_size=2)
+    assert sorted(report.ingested) == ["100", "101", "102", "103", "104"]  # type: ignore[attr-defined]
+    # One accounting query per batch of two.
+    assert [len(c) for c in env.accounting.get_calls] == [2, 2, 1]
+    assert env.records() == []
+    assert not any((env.spool_dir / str(100 + i)).exists() for i in range(5))
+    assert (env.state_dir / "done" / "100" / "node1.record").exists()
+    assert (env.state_dir / "done" / "100" / "node1.jsonl").exists()
+    with Store.open(env.url) as store:
+        got = store.get_job("103")
+        assert got is not None
+        assert got.telemetry == TELEMETRY_COMPLETE
+        assert got.job == env.accounting.jobs["103"]
+        assert got.nodes[0].gpus == make_node("103", "node1").gpus
+
+
+def test_running_twice_or_reingesting_the_same_records_gives_the_same_store(
+    env: Env, store_url: str
+) -> None:
+    env.url = store_url
+    for i in range(3):
+        env.add_job(make_job(str(200 + i), nodes=("n1", "n2")), "n1", "n2", gpus=2)
+    env.run()
+    first = dump_db(store_url)
+    assert len(first["jobs"]) == 3 and len(first["job_gpus"]) == 12
+    env.run()
+    assert dump_db(store_url) == first
+    # A crash after the commit but before the move leaves the records in the spool: put them
+    # back and ingest again.
+    for job in ("200", "201", "202"):
+        os.makedirs(env.spool_dir / job, exist_ok=True)
+        for host in ("n1", "n2"):
+            shutil.copy(
+                env.state_dir / "done" / job / f"{host}.record",
+                env.spool_dir / job / f"{host}.record",
+            )
+    assert len(env.records()) == 6
+    env.run()
+    assert dump_db(store_url) == first
+    assert env.records() == []
+
+
+def test_corrupt_records_are_quarantined_and_the_rest_ingested(env: Env) -> None:
+    env.add_job(make_job("300"), "node1")
+    env.add_job(make_job("301"), "node1")
+    env.add_job(make_job("302"), "node1")
+    (env.spool_dir / "301" / "node1.record").write_text('{"schema": "slurm-gpu/node-rec')
+    good = spool.encode_record(make_node("302", "node1")).replace(b'"version":1', b'"version":9')
+    (env.spool_dir / "302" / "node1.record").write_bytes(good)
+    report = env.run()
+    assert report.ingested == ("300",)  # type: ignore[attr-defined]
+    quarantined = sorted(os.path.basename(p) for p in report.quarantined)  # type: ignore[attr-defined]
+    assert quarantined == ["301.node1.record", "302.node1.record"]
+    reason = (env.state_dir / "quarantine" / "302.node1.record.reason").read_text()
+    assert "version 9" in reason
+    assert env.records() == []
+    with Store.open(env.url) as store:
+        assert store.job_ids() == ["300"]
+
+
+def test_a_record_in_another_jobs_directory_is_quarantined(env: Env) -> None:
+    env.accounting.jobs["401"] = make_job("401")
+    record = make_node("400", "node1")
+    path = env.seal(record)
+    os.makedirs(env.spool_dir / "401")
+    shutil.move(path, env.spool_dir / "401" / "node1.record")
+    report = env.run()
+    assert report.ingested == ()  # type: ignore[attr-defined]
+    assert len(report.quarantined) == 1  # type: ignore[attr-defined]
+
+
+def test_unsettled_accounting_is_polled_again_not_stored_half(env: Env) -> None:
+    env.add_job(make_job("500", state="COMPLETING", end_s=None), "node1")
+    env.add_job(make_job("501", settled=False), "node1")
+    report = env.run()
+    assert sorted(report.unsettled) == ["500", "501"]  # type: ignore[attr-defined]
+    assert env.records() == ["500/node1", "501/node1"]
+    # Accounting settles.
+    env.accounting.jobs["500"] = make_job("500")
+    report = env.run()
+    assert report.ingested == ("500",)  # type: ignore[attr-defined]
+    # 501 never settles: after the timeout it is stored as accounting has it.
+    env.clock.now = END + 3601
+    report = env.run()
+    assert report.ingested == ("501",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        got = store.get_job("501")
+        assert got is not None and got.job.req_tres.raw == ""
+
+
+def test_multi_node_job_waits_for_every_node_then_ingests_what_exists(env: Env) -> None:
+    job = make_job("600", gpus=2, nodes=("n1", "n2", "n3"))
+    env.add_job(job, "n1")
+    report = env.run(node_wait_s=600)
+    assert report.waiting_nodes == ("600",)  # type: ignore[attr-defined]
+    env.seal(make_node("600", "n2"))
+    report = env.run(node_wait_s=600)
+    assert report.waiting_nodes == ("600",)  # type: ignore[attr-defined]
+    env.clock.now = END + 601
+    report = env.run(node_wait_s=600)
+    assert report.ingested == ("600",) and report.partial == ("600",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        got = store.get_job("600")
+        assert got is not None
+        assert got.telemetry == TELEMETRY_RECOVERED
+        assert got.missing_hosts == ("n3",)
+        assert [n.hostname for n in got.nodes] == ["n1", "n2"]
+
+
+def test_all_nodes_present_fully_qualified_names_match_the_nodelist(env: Env) -> None:
+    env.add_job(make_job("650", nodes=("gpu01", "gpu02")), "gpu01.cluster.example", "gpu02")
+    report = env.run()
+    assert report.ingested == ("650",) and report.partial == ()  # type: ignore[attr-defined]
+
+
+def test_a_job_accounting_never_knew_is_quarantined_after_the_timeout(env: Env) -> None:
+    env.seal(make_node("700", "node1"))
+    report = env.run()
+    assert report.no_accounting == ("700",)  # type: ignore[attr-defined]
+    assert env.records() == ["700/node1"]
+    env.clock.now = END + 3601
+    report = env.run()
+    assert len(report.quarantined) == 1  # type: ignore[attr-defined]
+    assert env.records() == []
+
+
+def test_accounting_failure_leaves_the_records_in_the_spool(env: Env) -> None:
+    env.add_job(make_job("800"), "node1")
+    env.accounting.fail = True
+    report = env.run()
+    assert report.ingested == () and len(report.errors) == 2  # type: ignore[attr-defined]
+    assert env.records() == ["800/node1"]
+    env.accounting.fail = False
+    assert env.run().ingested == ("800",)  # type: ignore[attr-defined]
+
+
+def test_recovered_record_and_job_without_gpus(env: Env) -> None:
+    env.accounting.jobs["900"] = make_job("900")
+    env.seal(make_node("900", "node1", complete=False))
+    env.accounting.jobs["901"] = make_job("901", gpus=0)
+    env.seal(make_node("901", "node1", gpus=0))
+    env.run()
+    with Store.open(env.url) as store:
+        assert store.get_job("900").telemetry == TELEMETRY_RECOVERED  # type: ignore[union-attr]
+        assert store.get_job("901").telemetry == TELEMETRY_NONE  # type: ignore[union-attr]
+
+
+def test_gpu_jobs_without_any_record_are_stored_as_missing(env: Env) -> None:
+    env.clock.now = END + 3600
+    env.accounting.jobs["1000"] = make_job("1000", gpus=2)  # hooks not installed
+    env.accounting.jobs["1001"] = make_job("1001", gpus=0)  # CPU job
+    env.accounting.jobs["1002"] = make_job("1002", end_s=END + 3300)  # ended within the grace
+    env.accounting.jobs["1003"] = make_job("1003", state="RUNNING", end_s=None)
+    env.add_job(make_job("1004"), "node1")  # has telemetry
+    report = env.run(missing_grace_s=600)
+    assert report.missing_telemetry == ("1000",)  # type: ignore[attr-defined]
+    assert report.ingested == ("1004",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        got = store.get_job("1000")
+        assert got is not None and got.telemetry == TELEMETRY_MISSING and got.nodes == ()
+        assert got.missing_hosts == ("node1",)
+        assert store.job_ids() == ["1000", "1004"]
+    # Later passes look from where the last one stopped and do not store it again.
+    env.clock.now += 600
+    report = env.run(missing_grace_s=600)
+    assert report.missing_telemetry == ("1002",)  # type: ignore[attr-defined]
+    start, _ = env.accounting.between_calls[-1]
+    assert start == pytest.approx(END + 3600 - 600 - 600)
+
+
+def test_a_late_record_replaces_a_missing_entry(env: Env) -> None:
+    env.clock.now = END + 3600
+    env.accounting.jobs["1100"] = make_job("1100")
+    assert env.run().missing_telemetry == ("1100",)  # type: ignore[attr-defined]
+    env.seal(make_node("1100", "node1"))
+    assert env.run().ingested == ("1100",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        assert store.get_job("1100").telemetry == TELEMETRY_COMPLETE  # type: ignore[union-attr]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Finding:
+    code: str
+    severity: str
+    cause: int | None
+    evidence: dict[str, float]
+
+
+def test_analyse_hook_findings_are_stored_and_a_failing_hook_does_not_block(env: Env) -> None:
+    env.add_job(make_job("1200"), "node1")
+    env.add_job(make_job("1201", user="bob"), "node1")
+    seen: list[tuple[str, int]] = []
+
+    def analyse(job: JobRecord, nodes: object) -> list[_Finding]:
+        seen.append((job.job_id, len(nodes)))  # type: ignore[arg-type]
+        if job.user == "bob":
+            raise ZeroDivisionError("rule bug")
+        return [_Finding("gpu_idle", "critical", 6, {"idle_pct": 97.0})]
+
+    with Store.open(env.url) as store:
+        c = env.collector(store, analysis_version="rules-3")
+        c.analyse = analyse
+        report = c.run_once()
+        assert sorted(report.ingested) == ["1200", "1201"]
+        assert report.analysis_failed == ("1201",)
+        ok = store.get_job("1200")
+        bad = store.get_job("1201")
+    assert seen == [("1200", 1), ("1201", 1)]
+    assert ok is not None and [(f.code, f.cause) for f in ok.findings] == [("gpu_idle", 6)]
+    assert ok.analysis_version == "rules-3"
+    assert bad is not None and bad.findings == () and bad.analysis_version is None
+
+
+def test_job_option_restricts_the_pass_to_one_job(env: Env) -> None:
+    env.add_job(make_job("1300"), "node1")
+    env.add_job(make_job("1301"), "node1")
+    with Store.open(env.url) as store:
+        report = env.collector(store).run_once("1301")
+    assert report.ingested == ("1301",)
+    assert env.records() == ["1300/node1"]
+    assert env.accounting.between_calls == []  # no missing pass for a single job
+
+
+def test_done_files_are_pruned_after_the_retention(env: Env) -> None:
+    env.add_job(make_job("1400"), "node1")
+    env.run()
+    done = env.state_dir / "done" / "1400"
+    assert done.exists()
+    os.utime(done, (END - 10 * 86400, END - 10 * 86400))
+    env.run(done_retention_s=86400)
+    assert not done.exists()
+
+
+def test_the_lock_admits_one_collector(tmp_path: Path) -> None:
+    a, b = CollectorLock(str(tmp_path / "st")), CollectorLock(str(tmp_path / "st"))
+    assert a.acquire()
+    assert not b.acquire()
+    a.release()
+    assert b.acquire()
+    b.release()
