@@ -1,0 +1,73 @@
+"""``slurm-gpu hooks``: install the prolog and epilog wrapper scripts."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from slurm_gpu.config import DEFAULT_PATH, ENV_VAR, load_settings
+from slurm_gpu.errors import ConfigError, UsageError
+from slurm_gpu.hooks.common import render_wrapper, wrapper_template
+
+#: Seconds timeout(1) in the wrapper allows beyond hooks.hook_timeout_s before killing Python.
+BACKSTOP_S = 5.0
+
+
+@click.group("hooks")
+def cli() -> None:
+    """Install the Slurm prolog and epilog of slurm-gpu."""
+
+
+@cli.command("install")
+@click.option(
+    "--dest",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for slurm-gpu-prolog and slurm-gpu-epilog (created if missing).",
+)
+@click.option(
+    "--config",
+    "config",
+    default=None,
+    help="Configuration file the hooks read (default: --config of slurm-gpu, "
+    f"${ENV_VAR}, or {DEFAULT_PATH}).",
+)
+@click.pass_context
+def install(ctx: click.Context, dest: str, config: str | None) -> None:
+    """Render the wrapper scripts with this interpreter and config, mode 0755.
+
+    Then point slurm.conf at them: Prolog=DEST/slurm-gpu-prolog, Epilog=DEST/slurm-gpu-epilog
+    (see docs/hooks.md).
+    """
+    root = ctx.find_root().ensure_object(dict)
+    path = config or root.get("config_path") or os.environ.get(ENV_VAR) or DEFAULT_PATH
+    path = os.path.abspath(path)
+    timeout_s = 20.0
+    try:
+        timeout_s = load_settings(path).hooks.hook_timeout_s
+    except ConfigError as err:
+        if os.path.exists(path):
+            raise
+        click.echo(f"warning: {err.message}; hooks use defaults until it exists", err=True)
+    python = os.path.abspath(sys.executable)
+    try:
+        os.makedirs(dest, mode=0o755, exist_ok=True)
+        for hook in ("prolog", "epilog"):
+            text = render_wrapper(
+                wrapper_template(hook), python=python, config=path, timeout_s=timeout_s + BACKSTOP_S
+            )
+            target = os.path.join(os.path.abspath(dest), f"slurm-gpu-{hook}")
+            tmp = f"{target}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, target)
+            click.echo(f"installed {target}")
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="use paths without quotes") from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write to {dest}: {exc.strerror}", hint="run as root or choose another --dest"
+        ) from None

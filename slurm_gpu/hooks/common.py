@@ -1,0 +1,165 @@
+"""What the prolog, the epilog and the sampler share: logging, the job's environment, the
+wrapper script template and process checks.
+
+Hooks log one line per event with the job id, to ``paths.log_file`` or, when that is empty or
+cannot be opened, to syslog (and to nowhere if there is no syslog: a hook must never fail
+because of its log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import logging.handlers
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+LOGGER_NAME = "slurm_gpu"
+_SAFE = re.compile(r"[^A-Za-z0-9_.,:+-]")
+
+
+def safe(value: str | None, limit: int = 64) -> str:
+    """A user- or environment-controlled string made safe for one log line."""
+    if value is None:
+        return "-"
+    return _SAFE.sub("?", value)[:limit] or "-"
+
+
+def setup_logging(log_file: str, tag: str, job_id: str | None) -> logging.Logger:
+    """Configure the ``slurm_gpu`` logger for one hook or sampler process and return it.
+
+    Lines look like ``2026-11-21T10:00:00 node1 slurm-gpu-prolog[123]: job=42 message``.
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        with contextlib.suppress(Exception):
+            h.close()
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    host = safe(socket.gethostname().split(".")[0])
+    job = safe(job_id)
+    handler: logging.Handler | None = None
+    if log_file:
+        try:
+            directory = os.path.dirname(log_file)
+            if directory and not os.path.isdir(directory):
+                os.makedirs(directory, mode=0o750, exist_ok=True)
+            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            os.close(fd)
+            handler = logging.FileHandler(log_file, encoding="utf-8")
+            fmt = f"%(asctime)s {host} slurm-gpu-{tag}[%(process)d]: job={job} %(message)s"
+            handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%dT%H:%M:%S%z"))
+        except OSError:
+            handler = None
+    if handler is None:
+        try:
+            handler = logging.handlers.SysLogHandler(address="/dev/log")
+            handler.setFormatter(
+                logging.Formatter(f"slurm-gpu-{tag}[%(process)d]: job={job} %(message)s")
+            )
+        except OSError:
+            handler = logging.NullHandler()
+    logger.addHandler(handler)
+    return logger
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnv:
+    """What Slurm tells a prolog or epilog about the job (see slurm.conf(5), Prolog)."""
+
+    job_id: str | None
+    uid: int | None
+    user: str | None
+    job_gpus: str | None
+    cuda_visible_devices: str | None
+    cpus_on_node: int | None
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
+        job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+        uid_text = environ.get("SLURM_JOB_UID", "")
+        cpus = None
+        for key in ("SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE"):
+            m = re.match(r"^\s*(\d+)", environ.get(key, ""))
+            if m:
+                cpus = int(m.group(1))
+                break
+        return cls(
+            job_id=job_id if job_id and job_id.isdigit() else None,
+            uid=int(uid_text) if uid_text.isdigit() else None,
+            user=environ.get("SLURM_JOB_USER"),
+            job_gpus=environ.get("SLURM_JOB_GPUS"),
+            cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+            cpus_on_node=cpus,
+        )
+
+
+def short_hostname() -> str:
+    """This node's name as the spool uses it (first label of the host name)."""
+    return socket.gethostname().split(".")[0]
+
+
+def read_cmdline(pid: int) -> list[str]:
+    """The argv of ``pid``; empty when gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` (``R``, ``S``, ``T``, ``Z``…); ``None`` when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    end = text.rfind(b")")
+    parts = text[end + 2 :].split()
+    return parts[0].decode() if parts else None
+
+
+def is_alive(pid: int) -> bool:
+    """Running or stopped, not gone and not a zombie awaiting its reaper."""
+    state = process_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+# --------------------------------------------------------------------------- wrapper scripts
+
+WRAPPER_TEMPLATE = """#!/bin/sh
+# slurm-gpu @HOOK@ for Slurm (slurm.conf: @SLURMCONF@=<this file>).
+# Rendered by `slurm-gpu hooks install`; @PYTHON@, @CONFIG@ and @TIMEOUT_S@ are filled in there.
+# Slurm drains the node when a prolog or epilog exits non-zero, so this script always exits 0.
+# The Python side logs every failure with the job id and keeps within hooks.hook_timeout_s;
+# timeout(1) is the backstop if the interpreter itself hangs.
+SLURM_GPU_CONFIG='@CONFIG@'
+export SLURM_GPU_CONFIG
+/usr/bin/timeout -k 2 @TIMEOUT_S@ '@PYTHON@' -m slurm_gpu.hooks @HOOK@ </dev/null >/dev/null 2>&1
+exit 0
+"""
+
+
+def wrapper_template(hook: str) -> str:
+    """The wrapper script of ``hook`` (``prolog`` or ``epilog``) with the install-time
+    placeholders ``@PYTHON@``, ``@CONFIG@`` and ``@TIMEOUT_S@`` still in it."""
+    if hook not in ("prolog", "epilog"):
+        raise ValueError(hook)
+    return WRAPPER_TEMPLATE.replace("@HOOK@", hook).replace("@SLURMCONF@", hook.capitalize())
+
+
+def render_wrapper(template: str, *, python: str, config: str, timeout_s: float) -> str:
+    """Fill the placeholders. Paths are put in single quotes, so they must not hold one."""
+    for name, value in (("python", python), ("config", config)):
+        if "'" in value or "\n" in value:
+            raise ValueError(f"{name} path must not contain a quote or newline: {value!r}")
+    return (
+        template.replace("@PYTHON@", python)
+        .replace("@CONFIG@", config)
+        .replace("@TIMEOUT_S@", str(max(1, int(timeout_s + 0.999))))
+    )

@@ -1,0 +1,205 @@
+"""Epilog: stop the job's sampler and make sure a sealed record exists.
+
+Runs as root from slurmd after the job. The normal path is SIGTERM and a short wait: the
+sampler seals the record itself from the aggregates it holds. When the sampler is gone, hung or
+fails to seal, the epilog kills it and recovers the record from the last checkpoint plus the
+spool lines written after it (bounded by ``telemetry.checkpoint_interval_s``), marked
+``complete=False`` with a note saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.config import Settings
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.hooks.common import JobEnv, is_alive, read_cmdline, short_hostname
+from slurm_gpu.hooks.prolog import owner_file
+from slurm_gpu.records import GpuInfo
+from slurm_gpu.sampler import CMDLINE_MARKER
+from slurm_gpu.spool import (
+    JobSpool,
+    iter_readings,
+    process_start_ticks,
+    read_header,
+    read_pidfile,
+    read_state,
+    write_record,
+)
+
+log = logging.getLogger("slurm_gpu.hooks.epilog")
+
+POLL_S = 0.01
+
+
+def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
+    """Whether ``pid`` still is this job's sampler (pids get reused): same start time as
+    recorded, and a command line naming the sampler and this job id."""
+    if start_ticks is not None and process_start_ticks(pid) != start_ticks:
+        return False
+    argv = read_cmdline(pid)
+    if not any(CMDLINE_MARKER in a for a in argv):
+        return False
+    return any(a == "--job-id" and b == job_id for a, b in itertools.pairwise(argv))
+
+
+def wait_gone(pid: int, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Poll until ``pid`` has exited (or is a zombie); True if it did within ``timeout_s``."""
+    deadline = clock() + timeout_s
+    delay = POLL_S / 4
+    while is_alive(pid):
+        if clock() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(POLL_S, delay * 2)
+    return True
+
+
+def stop_sampler(paths: JobSpool, timeout_s: float) -> str:
+    """Stop the sampler named by the pid file; returns ``stopped``, ``killed``, ``not_running``
+    or ``no_pidfile``."""
+    found = read_pidfile(paths.pid)
+    if found is None:
+        return "no_pidfile"
+    pid, start = found
+    if not is_our_sampler(pid, start, paths.job_id):
+        return "not_running"
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "not_running"
+    if wait_gone(pid, timeout_s):
+        return "stopped"
+    if is_our_sampler(pid, start, paths.job_id):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, 1.0)
+    return "killed"
+
+
+def _owned_gpus(paths: JobSpool) -> list[str]:
+    try:
+        with open(os.path.join(paths.job_dir, f"{paths.hostname}.owner.json"), "rb") as fh:
+            return [str(u) for u in json.load(fh)["gpus"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def recover_record(paths: JobSpool, settings: Settings, reason: str) -> str:
+    """Seal a record (``complete=False``) from the checkpoint and the spool tail after it.
+
+    Without a usable checkpoint the whole spool is folded; without a spool an empty record
+    naming the job's GPUs is sealed, so an allocated-but-unobserved GPU still reaches the
+    collector. Returns what was done.
+    """
+    notes = [reason, "recovered"]
+    agg: NodeAggregator | None = None
+    offset = 0
+    try:
+        state, offset, state_notes = read_state(paths.state)
+        agg = NodeAggregator.from_state(state)
+        notes += state_notes
+    except SpoolFormatError as exc:
+        if os.path.exists(paths.state):
+            log.warning("checkpoint unusable, folding the whole spool: %s", exc)
+            notes.append("checkpoint_corrupt")
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("checkpoint unusable, folding the whole spool: %s", exc)
+        notes.append("checkpoint_corrupt")
+        agg = None
+    folded = 0
+    try:
+        header, first = read_header(paths.jsonl)
+        if agg is None:
+            agg = NodeAggregator(
+                job_id=header.job_id,
+                hostname=header.hostname,
+                uid=header.uid,
+                interval_s=header.interval_s,
+                source=header.source,
+                gpus=header.gpus,
+                started_s=header.started_s,
+                idle_threshold_pct=settings.telemetry.idle_threshold_pct,
+                timeline_points=settings.telemetry.timeline_points,
+            )
+            offset = first
+        for reading, _end in iter_readings(paths.jsonl, header, max(offset, first)):
+            if reading is None:
+                notes.append("spool_truncated")
+                break
+            agg.add(reading.time_s, reading.gpus, reading.host)
+            folded += 1
+    except SpoolFormatError as exc:
+        if agg is None:
+            log.warning("no usable spool: %s", exc)
+        else:
+            notes.append("spool_unreadable")
+    except OSError as exc:
+        log.warning("spool tail unreadable: %s", exc)
+        notes.append("spool_unreadable")
+    now = time.time()
+    if agg is None:
+        uuids = _owned_gpus(paths)
+        if not uuids:
+            return "nothing to seal (no checkpoint, spool or GPU list)"
+        agg = NodeAggregator(
+            job_id=paths.job_id,
+            hostname=paths.hostname,
+            uid=None,
+            interval_s=settings.telemetry.interval_s,
+            source=settings.telemetry.backend,
+            gpus=[GpuInfo(uuid=u) for u in uuids],
+            started_s=now,
+        )
+        notes.append("no_samples")
+    write_record(paths.record, agg.record(ended_s=now, complete=False, notes=notes))
+    return f"record recovered ({agg.readings} readings, {folded} from the spool tail)"
+
+
+def cleanup(paths: JobSpool) -> None:
+    """Remove the pid file and this job's GPU ownership entries."""
+    with contextlib.suppress(OSError):
+        os.unlink(paths.pid)
+    for uuid in _owned_gpus(paths):
+        path = owner_file(paths.spool_dir, uuid)
+        try:
+            with open(path, "rb") as fh:
+                owner = json.load(fh)
+            if str(owner.get("job_id")) == paths.job_id:
+                os.unlink(path)
+        except (OSError, ValueError, AttributeError):
+            continue
+
+
+def run_epilog(settings: Settings, env: JobEnv) -> str:
+    """Do the epilog's work; returns a one-line outcome for the log. Raises on failure (the
+    caller logs and exits 0)."""
+    if env.job_id is None:
+        return "no SLURM_JOB_ID; nothing to do"
+    paths = JobSpool(settings.paths.spool_dir, env.job_id, short_hostname())
+    if not os.path.isdir(paths.job_dir):
+        return "no spool for this job on this node (no GPU); nothing to do"
+    try:
+        stopped = stop_sampler(paths, settings.hooks.sampler_stop_timeout_s)
+        if stopped == "stopped" and os.path.exists(paths.record):
+            return "sampler stopped; record sealed by the sampler"
+        if os.path.exists(paths.record):
+            return f"sampler {stopped}; record already sealed"
+        reason = {
+            "stopped": "sampler_did_not_seal",
+            "killed": "sampler_killed",
+            "not_running": "sampler_not_running",
+            "no_pidfile": "sampler_not_started",
+        }[stopped]
+        log.warning("sampler %s; recovering the record", stopped.replace("_", " "))
+        return f"sampler {stopped}; " + recover_record(paths, settings, reason)
+    finally:
+        cleanup(paths)

@@ -1,0 +1,134 @@
+"""Prolog: find the job's GPUs, prepare its spool directory, start its sampler detached.
+
+Runs as root from slurmd before the job starts. A job with no GPU on this node gets no sampler
+(and the telemetry library is not even loaded). The sampler is started in its own session with
+no inherited descriptors, so slurmd does not wait for it and killing the prolog's process group
+does not reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from slurm_gpu.config import Settings
+from slurm_gpu.hooks.common import JobEnv, safe, short_hostname
+from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
+from slurm_gpu.spool import JobSpool, write_atomic, write_pidfile
+
+log = logging.getLogger("slurm_gpu.hooks.prolog")
+
+OWNERS_DIR = "owners"
+"""``<spool_dir>/owners/<uuid>.json``: which job and uid hold each GPU right now."""
+
+
+def owner_file(spool_dir: str, uuid: str) -> str:
+    return os.path.join(spool_dir, OWNERS_DIR, f"{safe(uuid, 128)}.json")
+
+
+def write_ownership(paths: JobSpool, env: JobEnv, uuids: Sequence[str]) -> None:
+    """Record which job holds which GPU: per GPU under ``owners/`` and per job in the job dir."""
+    body = json.dumps(
+        {"job_id": paths.job_id, "uid": env.uid, "gpus": list(uuids), "started_s": time.time()}
+    ).encode()
+    write_atomic(os.path.join(paths.job_dir, f"{paths.hostname}.owner.json"), body)
+    owners = os.path.join(paths.spool_dir, OWNERS_DIR)
+    os.makedirs(owners, mode=0o700, exist_ok=True)
+    for uuid in uuids:
+        write_atomic(owner_file(paths.spool_dir, uuid), body)
+
+
+def sampler_command(
+    settings: Settings, env: JobEnv, uuids: Sequence[str], hostname: str
+) -> list[str]:
+    """The sampler's argv, with the absolute interpreter that runs this hook."""
+    cmd = [sys.executable, "-m", "slurm_gpu.sampler", "--job-id", str(env.job_id)]
+    cmd += ["--gpus", ",".join(uuids), "--hostname", hostname]
+    if env.uid is not None:
+        cmd += ["--uid", str(env.uid)]
+    if env.cpus_on_node:
+        cmd += ["--cores", str(env.cpus_on_node)]
+    if settings.path:
+        cmd += ["--config", settings.path]
+    return cmd
+
+
+def sampler_environment() -> dict[str, str]:
+    """A clean environment: no SLURM_* variable, so the sampler is never taken for one of the
+    job's processes, and a fixed PATH (Slurm gives hooks none)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CUDA_"))}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    return env
+
+
+def start_sampler(cmd: list[str], log_file: str, nice: int) -> int:
+    """Start the sampler detached (new session, cwd /, stdio to /dev/null or the log, no other
+    descriptors, niced) and return its pid."""
+    stderr = subprocess.DEVNULL
+    log_fd = None
+    if log_file:
+        try:
+            log_fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        except OSError:
+            log_fd = None
+
+    def lower_priority() -> None:  # runs in the child before exec
+        os.nice(nice)
+
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log_fd if log_fd is not None else stderr,
+            close_fds=True,
+            start_new_session=True,
+            cwd="/",
+            env=sampler_environment(),
+            preexec_fn=lower_priority if nice else None,
+        )
+    finally:
+        if log_fd is not None:
+            os.close(log_fd)
+    # Never waited for: once this hook exits, init adopts and reaps it.
+    proc.returncode = 0  # keep Popen.__del__ from warning about a running child
+    return proc.pid
+
+
+def run_prolog(settings: Settings, env: JobEnv) -> str:
+    """Do the prolog's work; returns a one-line outcome for the log. Raises on failure (the
+    caller logs and exits 0)."""
+    if env.job_id is None:
+        return "no SLURM_JOB_ID; nothing to do"
+    if not job_has_gpu_env(env.job_gpus, env.cuda_visible_devices):
+        return "no GPU allocated on this node; no sampler"
+    from slurm_gpu.telemetry import open_source
+
+    source = open_source(settings)
+    try:
+        gpus = list(source.list_gpus())
+    finally:
+        source.close()
+    resolution = resolve_job_gpus(env.job_gpus, env.cuda_visible_devices, gpus)
+    if resolution.unresolved:
+        log.warning(
+            "GPU ids not matched to a device: %s (SLURM_JOB_GPUS=%s CUDA_VISIBLE_DEVICES=%s)",
+            safe(",".join(resolution.unresolved), 200),
+            safe(env.job_gpus, 100),
+            safe(env.cuda_visible_devices, 300),
+        )
+    if not resolution.uuids:
+        return "no GPU of this job found among the node's GPUs; no sampler"
+    hostname = short_hostname()
+    paths = JobSpool(settings.paths.spool_dir, env.job_id, hostname)
+    paths.create_dir()
+    write_ownership(paths, env, resolution.uuids)
+    cmd = sampler_command(settings, env, resolution.uuids, hostname)
+    pid = start_sampler(cmd, settings.paths.log_file, settings.hooks.sampler_nice)
+    write_pidfile(paths.pid, pid)
+    return f"sampler {pid} started for {len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"

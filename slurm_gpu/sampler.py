@@ -1,0 +1,427 @@
+"""The per-job sampler: read the job's GPUs and processes every interval, spool, seal at SIGTERM.
+
+One detached process per job and node, started by the prolog (or a systemd unit). Each
+reading is folded into ``NodeAggregator`` (constant memory) and appended to the spool; every
+``checkpoint_interval_s`` the aggregates and the spool offset are checkpointed so that the
+epilog can recover a record if the sampler dies. On SIGTERM the sampler seals the record from
+the aggregates it holds, which costs the same for a five-minute and a seven-day job.
+
+Nothing stops the loop: a failed reading is logged and skipped, a lost GPU reads as
+unavailable, a full or unwritable spool stops the jsonl (the aggregates go on) and the record
+is still attempted at the end.
+
+Run as ``python -m slurm_gpu.sampler --job-id ID --gpus UUID,UUID [--uid N] [--cores N]``
+(no click: the sampler imports as little as possible to stay small).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.records import GpuInfo, GpuSample, HostSample
+from slurm_gpu.spool import (
+    JobSpool,
+    SpoolHeader,
+    SpoolWriter,
+    write_live,
+    write_pidfile,
+    write_record,
+    write_state,
+)
+from slurm_gpu.telemetry.base import TelemetrySource
+
+log = logging.getLogger("slurm_gpu.sampler")
+
+#: Seconds between two rewrites of ``<host>.live.json`` (at least one interval).
+LIVE_INTERVAL_S = 10.0
+#: Seconds between two attempts to open a telemetry source that was unavailable.
+REOPEN_INTERVAL_S = 60.0
+#: Marker in the command line that the epilog checks before signalling a pid.
+CMDLINE_MARKER = "slurm_gpu.sampler"
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerOptions:
+    """What one sampler needs to know, resolved from the command line and the settings."""
+
+    job_id: str
+    hostname: str
+    uid: int | None
+    gpu_uuids: tuple[str, ...]
+    spool_dir: str
+    interval_s: float
+    checkpoint_interval_s: float
+    idle_threshold_pct: float
+    timeline_points: int
+    cores: int | None = None
+
+
+SourceFactory = Callable[[], TelemetrySource]
+
+
+class _HostReader(Protocol):
+    """What the sampler needs of a host sampler (see ``slurm_gpu.hostsample``)."""
+
+    @property
+    def method(self) -> str: ...
+
+    def sample(self, now_s: float | None = None) -> HostSample: ...
+
+    def allocated_cores(self) -> int | None: ...
+
+
+class Sampler:
+    """One job's sampler. ``run`` loops until ``wait`` reports a stop request."""
+
+    def __init__(
+        self,
+        opts: SamplerOptions,
+        source_factory: SourceFactory,
+        host: _HostReader | None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.opts = opts
+        self.paths = JobSpool(opts.spool_dir, opts.job_id, opts.hostname)
+        self._source_factory = source_factory
+        self._source: TelemetrySource | None = None
+        self._source_name = "unknown"
+        self._last_open_try = -1e18
+        self.host = host
+        self.clock = clock
+        self.notes: list[str] = []
+        self._writer: SpoolWriter | None = None
+        self._spool_ok = True
+        self._checkpoint_ok = True
+        self._last_checkpoint = 0.0
+        self._last_live = -1e18
+        self._last_gpus: Sequence[GpuSample] = ()
+        self._last_host: HostSample | None = None
+        self.started_s = clock()
+        self.agg = self._make_aggregator()
+
+    # ------------------------------------------------------------------ setup
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def _open_source(self) -> TelemetrySource | None:
+        if self._source is not None:
+            return self._source
+        now = self.clock()
+        if now - self._last_open_try < REOPEN_INTERVAL_S:
+            return None
+        self._last_open_try = now
+        try:
+            self._source = self._source_factory()
+            self._source_name = self._source.name
+        except Exception as exc:
+            log.warning("telemetry unavailable: %s", exc)
+            self._note("telemetry_unavailable")
+            self._source = None
+        return self._source
+
+    def _make_aggregator(self) -> NodeAggregator:
+        infos: dict[str, GpuInfo] = {}
+        source = self._open_source()
+        if source is not None:
+            try:
+                infos = {i.uuid: i for i in source.list_gpus()}
+            except Exception as exc:
+                log.warning("cannot list GPUs: %s", exc)
+                self._note("gpu_list_failed")
+        gpus = []
+        for uuid in self.opts.gpu_uuids:
+            if uuid not in infos:
+                self._note(f"gpu_unknown:{uuid}")
+            gpus.append(infos.get(uuid, GpuInfo(uuid=uuid)))
+        return NodeAggregator(
+            job_id=self.opts.job_id,
+            hostname=self.opts.hostname,
+            uid=self.opts.uid,
+            interval_s=self.opts.interval_s,
+            source=self._source_name,
+            gpus=gpus,
+            started_s=self.started_s,
+            idle_threshold_pct=self.opts.idle_threshold_pct,
+            timeline_points=self.opts.timeline_points,
+            allocated_cores=self.opts.cores,
+        )
+
+    def _spool_failed(self, what: str, exc: OSError) -> None:
+        name = errno.errorcode.get(exc.errno or 0, "EIO") if exc.errno else type(exc).__name__
+        log.error("%s failed (%s); spool writing stops, aggregates go on", what, exc)
+        self._note(f"spool_write_failed:{name}")
+        self._spool_ok = False
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def open_spool(self) -> None:
+        """Create the job directory if needed and write the spool header."""
+        header = SpoolHeader(
+            job_id=self.opts.job_id,
+            hostname=self.opts.hostname,
+            uid=self.opts.uid,
+            interval_s=self.opts.interval_s,
+            source=self._source_name,
+            gpus=self.agg.gpu_infos,
+            started_s=self.started_s,
+        )
+        try:
+            self.paths.create_dir()
+            self._writer = SpoolWriter(self.paths.jsonl, header)
+        except OSError as exc:
+            self._spool_failed("opening the spool", exc)
+
+    # ------------------------------------------------------------------ one reading
+
+    def read_once(self) -> None:
+        """Take one reading of every GPU and the host, fold it, spool it."""
+        now = self.clock()
+        gpus: Sequence[GpuSample]
+        source = self._open_source()
+        try:
+            if source is None:
+                raise RuntimeError("no telemetry source")
+            gpus = source.sample(self.opts.gpu_uuids)
+        except Exception as exc:
+            if source is not None:
+                log.warning("GPU reading failed: %s", exc)
+            gpus = [GpuSample(uuid=u, time_s=now, available=False) for u in self.opts.gpu_uuids]
+        host: HostSample | None = None
+        if self.host is not None:
+            try:
+                host = self.host.sample(now)
+                if self.agg.host.allocated_cores is None:
+                    self.agg.set_allocated_cores(self.host.allocated_cores())
+            except Exception as exc:
+                log.warning("host reading failed: %s", exc)
+        for s in gpus:
+            if not s.available:
+                self._note(f"gpu_lost:{s.uuid}")
+        self.agg.add(now, gpus, host)
+        self._last_gpus, self._last_host = gpus, host
+        if self._writer is not None:
+            try:
+                self._writer.append(now, gpus, host)
+            except OSError as exc:
+                self._spool_failed("appending to the spool", exc)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint(self) -> None:
+        """fsync the spool and write the aggregates with the offset they cover."""
+        if not self._spool_ok or self._writer is None:
+            return
+        try:
+            offset = self._writer.sync()
+            write_state(self.paths.state, self.agg.state(), offset, self.notes)
+            self._checkpoint_ok = True
+        except OSError as exc:
+            if self._checkpoint_ok:
+                log.error("checkpoint failed: %s", exc)
+            self._checkpoint_ok = False
+            self._note("checkpoint_failed")
+
+    def write_live(self) -> None:
+        """Rewrite the small live summary for ``gpueff`` on running jobs."""
+        if not self._spool_ok:
+            return
+        gpus = []
+        for acc, s in zip(self.agg.gpus, self._last_gpus, strict=False):
+            dist = acc.utilization
+            n = sum(dist.counts)
+            gpus.append(
+                {
+                    "uuid": acc.info.uuid,
+                    "utilization_pct": s.utilization_pct,
+                    "memory_used_bytes": s.memory_used_bytes,
+                    "memory_total_bytes": s.memory_total_bytes or acc.info.memory_total_bytes,
+                    "utilization_mean_pct": dist.total / n if n else None,
+                    "idle_samples": acc.idle_samples,
+                    "samples": acc.samples,
+                    "memory_used_max_bytes": acc.memory_used_max_bytes,
+                    "process_seen": acc.process_seen,
+                }
+            )
+        h = self._last_host
+        summary = {
+            "job_id": self.opts.job_id,
+            "hostname": self.opts.hostname,
+            "started_s": self.started_s,
+            "updated_s": self.agg.last_time_s,
+            "interval_s": self.opts.interval_s,
+            "gpus": gpus,
+            "host": None
+            if h is None
+            else {
+                "cpu_time_s": self.agg.host.summary().cpu_time_s,
+                "rss_bytes": h.rss_bytes,
+                "method": h.method,
+            },
+        }
+        try:
+            write_live(self.paths.live, summary, self.opts.uid)
+        except OSError as exc:
+            log.warning("live summary not written: %s", exc)
+
+    # ------------------------------------------------------------------ end
+
+    def seal(self) -> bool:
+        """Write the sealed record (complete) from the aggregates; True if written."""
+        if self._writer is not None:
+            try:
+                self._writer.sync()
+            except OSError as exc:
+                log.warning("final spool sync failed: %s", exc)
+            self._writer.close()
+            self._writer = None
+        record = self.agg.record(ended_s=self.clock(), complete=True, notes=self.notes)
+        try:
+            self.paths.create_dir()
+            write_record(self.paths.record, record)
+        except OSError as exc:
+            log.error("sealing the record failed: %s", exc)
+            return False
+        if self._source is not None:
+            try:
+                self._source.close()
+            except Exception as exc:
+                log.warning("closing telemetry failed: %s", exc)
+        return True
+
+    def run(self, wait: Callable[[float], bool]) -> bool:
+        """Loop until ``wait(timeout_s)`` returns True, then seal; returns whether sealed.
+
+        Readings follow a drift-free schedule ``started + k * interval``; a reading that ran
+        late skips the ticks it missed instead of bunching up.
+        """
+        self.open_spool()
+        interval = self.opts.interval_s
+        start = self.clock()
+        self._last_checkpoint = start
+        k = 0
+        while True:
+            try:
+                self.read_once()
+                now = self.clock()
+                if now - self._last_live >= max(LIVE_INTERVAL_S, interval) or k == 0:
+                    self._last_live = now
+                    self.write_live()
+                if now - self._last_checkpoint >= self.opts.checkpoint_interval_s:
+                    self._last_checkpoint = now
+                    self.checkpoint()
+            except Exception:
+                log.exception("reading failed")
+            now = self.clock()
+            k = max(k + 1, int((now - start) / interval) + 1)
+            if wait(max(0.0, start + k * interval - now)):
+                break
+        return self.seal()
+
+
+# --------------------------------------------------------------------------- process entry
+
+
+def _signal_waiter() -> Callable[[float], bool]:
+    """A wait function that returns True as soon as SIGTERM, SIGINT or SIGHUP arrives."""
+    sigs = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+
+    def wait(timeout_s: float) -> bool:
+        if timeout_s <= 0:
+            pending = signal.sigpending() & sigs
+            return bool(pending) and signal.sigtimedwait(sigs, 0) is not None
+        return signal.sigtimedwait(sigs, timeout_s) is not None
+
+    return wait
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m slurm_gpu.sampler", description="Sample one job's GPUs until SIGTERM."
+    )
+    p.add_argument("--job-id", required=True)
+    p.add_argument("--gpus", required=True, help="comma-separated GPU UUIDs")
+    p.add_argument("--uid", type=int, default=None)
+    p.add_argument("--cores", type=int, default=None, help="cores allocated on this node")
+    p.add_argument("--config", default=None, help="configuration file")
+    p.add_argument("--hostname", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m slurm_gpu.sampler``; returns the exit status."""
+    # Block the stop signals first, so a SIGTERM that comes while starting is not fatal: it is
+    # picked up by the first wait and the record is still sealed.
+    wait = _signal_waiter()
+    args = parse_args(argv)
+    from slurm_gpu.config import load_settings
+    from slurm_gpu.hooks.common import setup_logging
+    from slurm_gpu.hostsample import AutoHostSampler
+    from slurm_gpu.spool import check_job_id
+
+    job_id = check_job_id(str(args.job_id))
+    try:
+        settings = load_settings(args.config)
+    except Exception as exc:
+        setup_logging("", "sampler", job_id)
+        log.error("configuration unusable, sampler not started: %s", exc)
+        return 1
+    setup_logging(settings.paths.log_file, "sampler", job_id)
+    hostname = args.hostname or socket.gethostname().split(".")[0]
+    opts = SamplerOptions(
+        job_id=job_id,
+        hostname=hostname,
+        uid=args.uid,
+        gpu_uuids=tuple(u for u in args.gpus.split(",") if u),
+        spool_dir=settings.paths.spool_dir,
+        interval_s=settings.telemetry.interval_s,
+        checkpoint_interval_s=settings.telemetry.checkpoint_interval_s,
+        idle_threshold_pct=settings.telemetry.idle_threshold_pct,
+        timeline_points=settings.telemetry.timeline_points,
+        cores=args.cores,
+    )
+
+    def factory() -> TelemetrySource:
+        from slurm_gpu.telemetry import open_source
+
+        return open_source(settings)
+
+    t0 = time.monotonic()
+    sampler = Sampler(opts, factory, AutoHostSampler(job_id, args.uid))
+    try:
+        sampler.paths.create_dir()
+        write_pidfile(sampler.paths.pid, os.getpid())
+    except OSError as exc:
+        log.warning("pid file not written: %s", exc)
+    log.info(
+        "sampler started: %d GPU(s), every %gs, host method probing",
+        len(opts.gpu_uuids),
+        opts.interval_s,
+    )
+    sealed = sampler.run(wait)
+    log.info(
+        "sampler stopped after %d readings in %.0fs; record %s",
+        sampler.agg.readings,
+        time.monotonic() - t0,
+        "sealed" if sealed else "NOT sealed",
+    )
+    return 0 if sealed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
