@@ -324,3 +324,48 @@ def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
                 )
             )
     return Telemetry(gpus=tuple(lines), live=True, updated_s=max(updated) if updated else None)
+
+
+def findings_wording(override_dir: str = "") -> Wording:
+    """Wording of stored or fresh findings from ``templates/findings/<CODE>.j2`` (a site's
+    ``override_dir`` first). A code without a template falls back to its name, so a newer
+    analysis never breaks an older site's templates."""
+    import jinja2
+
+    from slurm_gpu.analysis import wording as words
+    from slurm_gpu.analysis.findings import CODES, PROFILERS, Code
+    from slurm_gpu.userreport.templating import BUILTIN_DIR
+
+    paths = [p for p in (override_dir, str(BUILTIN_DIR / "findings")) if p]
+    env = words.environment(jinja2.FileSystemLoader(paths))
+
+    def word(finding: Any) -> tuple[str, str]:
+        code = str(getattr(finding.code, "value", finding.code))
+        try:
+            template = env.get_template(words.template_name(code))
+        except jinja2.TemplateNotFound:
+            return code.replace("_", " ").capitalize(), ""
+        profiler = None
+        if code in Code.__members__:
+            key = CODES[Code(code)].profiler
+            profiler = PROFILERS[key] if key else None
+        severity = finding.severity
+        ctx = template.new_context(
+            {
+                "ev": dict(finding.evidence or {}),
+                "subject": getattr(finding, "subject", None),
+                "code": code,
+                "cause": finding.cause,
+                "severity": str(getattr(severity, "value", severity)),
+                "profiler": profiler,
+            }
+        )
+        try:
+            title = "".join(template.blocks["title"](ctx)).strip()
+            text = "".join(template.blocks["text"](ctx)).strip()
+        except (jinja2.TemplateError, KeyError, TypeError, ValueError):
+            # Evidence from an older analysis may lack a key a newer template uses.
+            return code.replace("_", " ").capitalize(), ""
+        return title, text
+
+    return word

@@ -30,6 +30,11 @@ class StoreAndSpoolReader:
         self._store: Any = None
         self._wording: adapter.Wording | None = None
 
+    def _words(self) -> adapter.Wording:
+        if self._wording is None:
+            self._wording = adapter.findings_wording(self._settings.gpueff.template_dir)
+        return self._wording
+
     def _open_store(self) -> Any:
         if self._store is None:
             from slurm_gpu.store import Store
@@ -43,7 +48,7 @@ class StoreAndSpoolReader:
         stored = self._open_store().get_job(job.job_id, timelines=True)
         if stored is None:
             return None
-        return adapter.telemetry_from_stored(stored, self._wording, spark_points=self._spark_points)
+        return adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job on every node readable; ``None`` if none."""

@@ -1,0 +1,128 @@
+"""gpueff's reader over a real SQLite store, real analysis findings, and a real live file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gpueff_factory as F
+import pytest
+
+from slurm_gpu import spool
+from slurm_gpu.analysis.engine import analyze
+from slurm_gpu.config import parse_settings
+from slurm_gpu.records import JobRecord
+from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
+from slurm_gpu.userreport import adapter
+from slurm_gpu.userreport.readers import StoreAndSpoolReader
+from slurm_gpu.userreport.service import report_for
+from slurm_gpu.userreport.terminal import TerminalRenderer
+
+
+@dataclass(frozen=True)
+class WithRecommendation:
+    """A finding carrying its recommendation, as the collector stores it."""
+
+    code: Any
+    severity: Any
+    cause: int | None
+    evidence: Any
+    subject: str | None = None
+    recommendation: dict[str, Any] | None = field(default=None)
+
+
+def _settings(tmp_path: Path) -> Any:
+    return parse_settings(
+        {"paths": {"state_dir": str(tmp_path), "spool_dir": str(tmp_path / "spool")}},
+        path=None,
+    )
+
+
+def _store_job(tmp_path: Path, job: JobRecord) -> None:
+    settings = _settings(tmp_path)
+    record = F.node_record()
+    analysis = analyze(job, [record], settings.analysis)
+    recs = {r.finding: r.to_dict() for r in analysis.recommendations}
+    findings = tuple(
+        WithRecommendation(f.code, f.severity, f.cause, f.evidence, f.subject, recs.get(f.code))
+        for f in analysis.findings
+    )
+    assert findings, "the factory's half-idle job must produce findings"
+    with Store.open(settings.store_url) as store:
+        store.write_batch(
+            [
+                JobBundle(
+                    job, (record,), TELEMETRY_COMPLETE, findings=findings, analysis_version="1"
+                )
+            ],
+            collected_at_s=1.0,
+        )
+
+
+def test_stored_job_reads_back_with_worded_findings(tmp_path: Path) -> None:
+    job = F.job()
+    _store_job(tmp_path, job)
+    reader = StoreAndSpoolReader(_settings(tmp_path))
+    report = report_for(job, reader, min_elapsed_s=30)
+    reader.close()
+    assert report.telemetry.value == "final"
+    assert [g.duty_mean_pct for g in report.gpus] == pytest.approx([80.0, 0.0])
+    assert len(report.gpus[0].spark_pct) == 24
+    codes = {f.code for f in report.findings}
+    assert "GPU_UNUSED" in codes
+    unused = next(f for f in report.findings if f.code == "GPU_UNUSED")
+    assert unused.title == "An allocated GPU was never used"
+    assert "GPU-node1-0001" in unused.text
+    assert any(
+        line.startswith("#SBATCH") for r in report.recommendations for line in r.sbatch_lines
+    )
+    text = TerminalRenderer(colour=False).report(report)
+    assert "An allocated GPU was never used (cause 6)" in text
+
+
+def test_unknown_code_falls_back_to_its_name() -> None:
+    word = adapter.findings_wording()
+    f = WithRecommendation("FUTURE_THING", "info", None, {})
+    assert word(f) == ("Future thing", "")
+
+
+def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    paths = spool.JobSpool(settings.paths.spool_dir, job.job_id, "node1")
+    paths.create_dir()
+    summary = {
+        "job_id": job.job_id,
+        "hostname": "node1",
+        "started_s": 1.0,
+        "updated_s": 61.0,
+        "interval_s": 1.0,
+        "gpus": [
+            {
+                "uuid": "GPU-a",
+                "utilization_pct": 90.0,
+                "memory_used_bytes": 5 * F.GIB,
+                "memory_total_bytes": 40 * F.GIB,
+                "utilization_mean_pct": 55.0,
+                "idle_samples": 6,
+                "samples": 60,
+                "memory_used_max_bytes": 6 * F.GIB,
+                "process_seen": True,
+            }
+        ],
+        "host": None,
+    }
+    spool.write_live(paths.live, summary, uid=os.getuid())
+    report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
+    assert report.telemetry.value == "live" and report.live_updated_s == 61.0
+    (g,) = report.gpus
+    assert g.duty_mean_pct == 55.0 and g.idle_fraction == pytest.approx(0.1)
+    assert g.memory_peak_bytes == 6 * F.GIB and g.power_mean_w is None
+
+
+def test_running_job_on_a_host_without_live_file(tmp_path: Path) -> None:
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    report = report_for(job, StoreAndSpoolReader(_settings(tmp_path)), min_elapsed_s=30)
+    assert report.telemetry.value == "no_telemetry" and report.gpus == ()
