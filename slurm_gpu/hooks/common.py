@@ -76,6 +76,8 @@ class JobEnv:
     job_gpus: str | None
     cuda_visible_devices: str | None
     cpus_on_node: int | None
+    node_name: str | None = None
+    """``SLURMD_NODENAME``: the node's name in Slurm, which the spool files are named after."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
@@ -94,7 +96,15 @@ class JobEnv:
             job_gpus=environ.get("SLURM_JOB_GPUS"),
             cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
             cpus_on_node=cpus,
+            node_name=environ.get("SLURMD_NODENAME") or None,
         )
+
+    def spool_hostname(self) -> str:
+        """The name this node's spool files carry: Slurm's node name, else the host name."""
+        name = self.node_name
+        if name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and ".." not in name:
+            return name
+        return short_hostname()
 
 
 def short_hostname() -> str:
@@ -134,7 +144,8 @@ def is_alive(pid: int) -> bool:
 
 WRAPPER_TEMPLATE = """#!/bin/sh
 # slurm-gpu @HOOK@ for Slurm (slurm.conf: @SLURMCONF@=<this file>).
-# Rendered by `slurm-gpu hooks install`; @PYTHON@, @CONFIG@ and @TIMEOUT_S@ are filled in there.
+# Rendered by `slurm-gpu hooks install`, which fills in the interpreter, the configuration file
+# and the time limit below.
 # Slurm drains the node when a prolog or epilog exits non-zero, so this script always exits 0.
 # The Python side logs every failure with the job id and keeps within hooks.hook_timeout_s;
 # timeout(1) is the backstop if the interpreter itself hangs.

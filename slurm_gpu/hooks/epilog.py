@@ -21,7 +21,7 @@ from collections.abc import Callable
 from slurm_gpu.aggregate import NodeAggregator
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SpoolFormatError
-from slurm_gpu.hooks.common import JobEnv, is_alive, read_cmdline, short_hostname
+from slurm_gpu.hooks.common import JobEnv, is_alive, read_cmdline
 from slurm_gpu.hooks.prolog import owner_file
 from slurm_gpu.records import GpuInfo
 from slurm_gpu.sampler import CMDLINE_MARKER
@@ -184,7 +184,7 @@ def run_epilog(settings: Settings, env: JobEnv) -> str:
     caller logs and exits 0)."""
     if env.job_id is None:
         return "no SLURM_JOB_ID; nothing to do"
-    paths = JobSpool(settings.paths.spool_dir, env.job_id, short_hostname())
+    paths = JobSpool(settings.paths.spool_dir, env.job_id, env.spool_hostname())
     if not os.path.isdir(paths.job_dir):
         return "no spool for this job on this node (no GPU); nothing to do"
     try:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from slurm_gpu.config import Settings
-from slurm_gpu.hooks.common import JobEnv, safe, short_hostname
+from slurm_gpu.hooks.common import JobEnv, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
 from slurm_gpu.spool import JobSpool, write_atomic, write_pidfile
 
@@ -124,7 +124,7 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
         )
     if not resolution.uuids:
         return "no GPU of this job found among the node's GPUs; no sampler"
-    hostname = short_hostname()
+    hostname = env.spool_hostname()
     paths = JobSpool(settings.paths.spool_dir, env.job_id, hostname)
     paths.create_dir()
     write_ownership(paths, env, resolution.uuids)

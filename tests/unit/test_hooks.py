@@ -264,3 +264,12 @@ def test_installed_wrapper_runs_and_exits_zero(tmp_path: Path, site: dict[str, o
     assert subprocess.run([str(dest / "slurm-gpu-prolog")], env=env, check=False).returncode == 0
     assert subprocess.run([str(dest / "slurm-gpu-epilog")], env=env, check=False).returncode == 0
     assert read_record(paths_of(site, "111").record).gpus
+
+
+def test_spool_files_carry_slurms_node_name(site: dict[str, object]) -> None:
+    run_hook(site, "prolog", "112", SLURM_JOB_GPUS="0", SLURMD_NODENAME="gpu-node7")
+    paths = JobSpool(f"{site['tmp']}/spool", "112", "gpu-node7")
+    wait_for(paths.state)
+    run_hook(site, "epilog", "112", SLURMD_NODENAME="gpu-node7")
+    assert read_record(paths.record).hostname == "gpu-node7"
+    assert JobEnv.from_environ({"SLURMD_NODENAME": "../x"}).spool_hostname() == short_hostname()
