@@ -125,6 +125,14 @@ def _detach() -> bool:
     help="Do not detach from Slurm while waiting for the job's record.",
 )
 @click.option("--flush", is_flag=True, help="Send the digests that are due, then exit.")
+@click.option(
+    "--policy",
+    "policy_since",
+    default=None,
+    help="Site policy run (cron): mail users whose jobs that ended since this many hours "
+    "ago wasted [mail] waste_min_gpu_hours, then exit.",
+    type=click.FloatRange(min=0.01),
+)
 @click.argument("recipients", nargs=-1)
 @click.pass_context
 def cli(
@@ -134,6 +142,7 @@ def cli(
     dry_run_dir: str | None,
     foreground: bool,
     flush: bool,
+    policy_since: float | None,
     recipients: tuple[str, ...],
 ) -> None:
     """Slurm MailProg: enriched e-mail after GPU jobs, the site's mail program otherwise."""
@@ -143,7 +152,7 @@ def cli(
     try:
         settings = _settings(ctx, config_path)
     except SlurmGpuError:
-        if flush:
+        if flush or policy_since is not None:
             raise
         # A broken config must not cost users their Slurm mail.
         rc = _run_fallback(_fallback_argv("/usr/bin/mail", subject, recipients))
@@ -155,6 +164,27 @@ def cli(
     if flush:
         notifier = factory(settings, dry_run_dir)
         click.echo(f"{notifier.flush()} digest(s) sent")
+        return
+    if policy_since is not None:
+        import time
+
+        from slurm_gpu.notify.service import policy_mails
+        from slurm_gpu.notify.state import read_opt_out
+
+        if not settings.mail.waste_policy:
+            click.echo("[mail] waste_policy is off: nothing to do")
+            return
+        notifier = factory(settings, dry_run_dir)
+        now = time.time()
+        jobs = notifier.accounting.jobs_between(now - policy_since * 3600, now)
+        mailed = policy_mails(
+            notifier,
+            jobs,
+            min_gpu_hours=settings.mail.waste_min_gpu_hours,
+            period_s=settings.mail.waste_period_s,
+            opt_out=read_opt_out(settings.mail.opt_out_file),
+        )
+        click.echo(f"{len(mailed)} policy mail(s) sent")
         return
 
     req = MailRequest.from_env(subject or "", recipients, os.environ)
@@ -176,7 +206,13 @@ def cli(
 
 def main() -> None:
     """Entry point for ``python -m slurm_gpu.cli.mail_cmd`` (what the MailProg wrapper runs)."""
-    cli(prog_name="slurm-gpu mail")
+    from slurm_gpu.cli.common import run_guarded
+
+    run_guarded(
+        "slurm-gpu mail",
+        os.environ.get("SLURM_GPU_DEBUG") == "1",
+        lambda: cli(prog_name="slurm-gpu mail"),
+    )
 
 
 if __name__ == "__main__":

@@ -230,3 +230,47 @@ class Notifier:
             self.mailer.send(msg, [recipient])
             sent += 1
         return sent
+
+
+def asked_for_end_mail(job: JobRecord) -> bool:
+    """Whether the job's ``--mail-type`` already brings an END or FAIL mail."""
+    types = {t.strip().upper() for t in (job.mail_type or "").split(",")}
+    return bool(types & {"END", "FAIL", "ALL"})
+
+
+def policy_mails(
+    notifier: Notifier,
+    jobs: Sequence[JobRecord],
+    *,
+    min_gpu_hours: float,
+    period_s: float,
+    opt_out: frozenset[str],
+) -> list[str]:
+    """Site policy: mail users whose ended job left at least ``min_gpu_hours`` of GPUs idle,
+    even without ``--mail-type``; at most one per user per ``period_s``, never to users in
+    ``opt_out``. Returns the job ids mailed about."""
+    from slurm_gpu.accounting.base import FINAL_STATES
+
+    mailed: list[str] = []
+    reader = notifier._waiting()
+    for job in jobs:
+        if (
+            job.state not in FINAL_STATES
+            or not job.alloc_tres.gpus
+            or job.user in opt_out
+            or asked_for_end_mail(job)
+        ):
+            continue
+        report = report_for(job, reader, min_elapsed_s=notifier.opts.min_elapsed_s)
+        wasted = report.gpu_hours_wasted
+        if wasted is None or wasted < min_gpu_hours:
+            continue
+        if not notifier.state.admit_policy(
+            job.user, job.job_id, now_s=notifier._now(), period_s=period_s
+        ):
+            continue
+        recipient = recipient_address(job.mail_user or job.user, notifier.opts.recipient_domain)
+        msg = notifier.builder.build([report], to=recipient)
+        notifier.mailer.send(msg, [recipient])
+        mailed.append(job.job_id)
+    return mailed

@@ -489,3 +489,24 @@ def test_cli_sends_enriched_mail_in_the_foreground(
     )
     assert res.exit_code == 0, res.output
     assert len(inbox.received) == 1 and not log.exists()
+
+
+def test_policy_mails_wasteful_jobs_once_per_period(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    from slurm_gpu.notify.service import policy_mails
+
+    inbox, port = smtp
+    quiet = dict(mail_type=None, mail_user=None)
+    jobs = [
+        F.job(job_id="1", job_id_display="1", **quiet),  # 1.2 GPU-h idle: mailed
+        F.job(job_id="2", job_id_display="2", **quiet),  # same user, same period: not again
+        F.job(job_id="3", job_id_display="3", user="optout", **quiet),
+        F.job(job_id="4", job_id_display="4", user="bob", mail_type="END"),  # gets Slurm's mail
+        F.job(job_id="5", job_id_display="5", user="carol", elapsed_s=600, **quiet),  # 0.2 GPU-h
+    ]
+    n = notifier(port, jobs, tmp_path, opts=NotifyOptions(recipient_domain="example.org"))
+    mailed = policy_mails(n, jobs, min_gpu_hours=1.0, period_s=86400, opt_out=frozenset({"optout"}))
+    assert mailed == ["1"]
+    assert [r.rcpt_tos for r in inbox.received] == [["sgtest1@example.org"]]
+    assert policy_mails(n, jobs, min_gpu_hours=1.0, period_s=86400, opt_out=frozenset()) == ["3"]
