@@ -1,0 +1,393 @@
+"""Metrics of one job: pure functions of its accounting record and its sealed node records.
+
+Every value is ``None`` when the data to compute it is missing ("not enough data"), never a
+misleading 0. The CPU and memory efficiencies follow Slurm's ``seff`` (``contribs/seff/seff``)
+formula for formula, so both tools print the same number for the same job; see
+``docs/analysis.md`` for the definitions.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord
+
+SECONDS_PER_HOUR = 3600.0
+JOULES_PER_KWH = 3.6e6
+
+
+class DataStatus(StrEnum):
+    """Whether the job's GPU telemetry supports a diagnosis."""
+
+    OK = "ok"
+    NO_GPU = "no_gpu"
+    """No GPU was allocated and none was observed."""
+    NO_TELEMETRY = "no_telemetry"
+    """GPUs were allocated but no node record (or no GPU reading) exists."""
+    TOO_SHORT = "too_short"
+    """The job ran for less than ``min_elapsed_s`` (including 0 s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMetrics:
+    """One GPU over one job."""
+
+    uuid: str
+    hostname: str
+    name: str | None
+    compute_capability: tuple[int, int] | None
+    samples: int
+    samples_available: int
+    observed_s: float | None
+    """Seconds between the node record's start and end."""
+    duty_mean_pct: float | None
+    duty_p10_pct: float | None
+    duty_p50_pct: float | None
+    duty_p90_pct: float | None
+    duty_max_pct: float | None
+    idle_share_pct: float | None
+    """Readings at or below the sampler's idle threshold over readings answered, percent."""
+    idle_head_s: float | None
+    """From the record's start to the first active reading, less one interval (a reading
+    covers the interval before it); the whole span when never active."""
+    idle_tail_s: float | None
+    """From the last active reading to the record's end, less one interval."""
+    memory_peak_bytes: int | None
+    memory_capacity_bytes: int | None
+    memory_peak_pct: float | None
+    power_mean_w: float | None
+    power_limit_w: float | None
+    power_mean_of_limit_pct: float | None
+    energy_kwh: float | None
+    sm_active_mean_pct: float | None
+    tensor_active_mean_pct: float | None
+    throttle_power_pct: float | None
+    """Seconds with a power-cap clock event over the observed span, percent."""
+    throttle_thermal_pct: float | None
+    nvlink_bytes: int | None
+    nvlink_idle_share_pct: float | None
+    """NVLink bytes moved while the GPU was idle over all NVLink bytes, percent."""
+    ecc_corrected: int | None
+    ecc_uncorrected: int | None
+    xid_events: tuple[int, ...]
+    process_seen: bool
+    is_mig: bool
+    """A MIG slice rather than a whole GPU."""
+    used: bool
+    """Its mean duty cycle exceeded ``unused_max_duty_pct`` (a process that never ran a kernel
+    does not make a GPU used); without readings, whether a process appeared on it."""
+    enough_data: bool
+    """At least ``min_samples`` readings were answered."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobMetrics:
+    """One job: accounting efficiencies (as seff), GPU-hours, balance, and its GPUs."""
+
+    job_id: str
+    status: DataStatus
+    elapsed_s: int
+    time_limit_s: int | None
+    time_efficiency_pct: float | None
+    """Elapsed over the time limit, percent."""
+    ncpus: int
+    """seff's core count: AllocCPUS, else the TRES cpu count, and 1 when neither is known."""
+    nnodes: int
+    cpu_used_s: int | None
+    """seff's "CPU Utilized": TotalCPU rounded to whole seconds (half up)."""
+    cpu_efficiency_pct: float | None
+    """seff's "CPU Efficiency": cpu_used_s / (elapsed_s × ncpus) × 100."""
+    mem_used_bytes: int | None
+    """seff's "Memory Utilized": the largest MaxRSS over the job's steps."""
+    mem_allocated_bytes: int | None
+    """The job's allocated memory (AllocTRES mem, else the multiplied-out ReqMem)."""
+    mem_efficiency_pct: float | None
+    """seff's "Memory Efficiency": mem_used_bytes / mem_allocated_bytes × 100."""
+    gpus_allocated: int
+    gpus_observed: int
+    gpus_used: int
+    gpu_hours_allocated: float
+    """Allocated GPUs × elapsed, hours."""
+    gpu_hours_busy: float | None
+    """Σ over observed GPUs of mean duty cycle × elapsed, hours."""
+    gpu_hours_wasted: float | None
+    """Σ over observed GPUs of idle share × elapsed, where an unused GPU counts whole, hours:
+    time an allocated GPU ran no kernel at all. Unobserved GPUs are not counted."""
+    duty_mean_pct: float | None
+    """Mean of the observed GPUs' mean duty cycles."""
+    imbalance_spread_pct: float | None
+    """Max minus min of the used GPUs' mean duty cycles (two or more used GPUs)."""
+    imbalance_cv: float | None
+    """Coefficient of variation of the used GPUs' mean duty cycles."""
+    node_spread_pct: float | None
+    """Max minus min of the per-node mean duty cycles (two or more nodes with used GPUs)."""
+    energy_kwh: float | None
+    cpus_per_gpu: float | None
+    stall_share_pct: float | None
+    """Share of timeline time in which the used GPUs' mean duty cycle was below
+    ``low_duty_pct`` while the job's host cores were saturated, percent (input-bound time)."""
+    host_cores_peak: float | None
+    """Most cores busy on one node in one timeline bucket (or reading), cores."""
+    host_cores_allocated_per_node: float | None
+    host_rss_peak_bytes: int | None
+    """Largest resident memory of the job on one node, bytes."""
+    nodes_expected: int
+    nodes_with_record: int
+    gpus: tuple[GpuMetrics, ...]
+
+
+# --------------------------------------------------------------------------- seff
+
+
+def seff_ncpus(job: JobRecord) -> int:
+    """seff's ``$ncpus``: AllocCPUS, else the TRES cpu count; 0 or unknown becomes 1."""
+    ncpus = job.alloc_cpus if job.alloc_cpus is not None else job.alloc_tres.cpus
+    return ncpus if ncpus else 1
+
+
+def seff_nnodes(job: JobRecord) -> int:
+    """seff's ``$nnodes``: allocated nodes; 0 or unknown becomes 1."""
+    nnodes = job.alloc_tres.nodes or len(job.nodelist)
+    return nnodes if nnodes else 1
+
+
+def seff_cpu_used_s(job: JobRecord) -> int | None:
+    """seff's ``$cput``: whole seconds plus the microseconds rounded half up."""
+    if job.total_cpu_s is None:
+        return None
+    whole = math.floor(job.total_cpu_s)
+    return whole + math.floor((job.total_cpu_s - whole) + 0.5)
+
+
+def seff_cpu_efficiency_pct(job: JobRecord) -> float | None:
+    """``cput / (elapsed × ncpus) × 100``; ``None`` where seff would print a meaningless 0."""
+    cput = seff_cpu_used_s(job)
+    core_walltime = job.elapsed_s * seff_ncpus(job)
+    if cput is None or core_walltime <= 0:
+        return None
+    return cput / core_walltime * 100.0
+
+
+def seff_mem_allocated_bytes(job: JobRecord) -> int | None:
+    """The memory seff divides by: AllocTRES ``mem`` (Slurm ≥ 23.02's seff), which equals the
+    per-CPU or per-node ReqMem multiplied out by CPUs or nodes (older seff); bytes."""
+    alloc = job.alloc_tres.mem_bytes
+    return alloc if alloc else job.req_mem_bytes or None
+
+
+def seff_mem_efficiency_pct(job: JobRecord) -> float | None:
+    """``MaxRSS / allocated memory × 100``; ``None`` without either."""
+    alloc = seff_mem_allocated_bytes(job)
+    if job.max_rss_bytes is None or not alloc:
+        return None
+    return job.max_rss_bytes / alloc * 100.0
+
+
+def seff_pct_text(value: float | None) -> str:
+    """A percentage as seff prints it (``%.2f%%``), or ``n/a``."""
+    return "n/a" if value is None else f"{value:.2f}%"
+
+
+# --------------------------------------------------------------------------- per GPU
+
+
+def _ratio_pct(part: float | None, whole: float | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return 100.0 * part / whole
+
+
+def gpu_metrics(gpu: GpuSummary, node: NodeRecord, settings: AnalysisSettings) -> GpuMetrics:
+    """The metrics of one GPU from its summary and its node record."""
+    dist = gpu.utilization
+    n = dist.n
+    span = node.ended_s - node.started_s
+    observed = span if span > 0 else None
+    interval = node.interval_s
+    head = tail = None
+    if n:
+        if gpu.active_first_time_s is None:
+            head = tail = observed
+        else:
+            head = max(0.0, gpu.active_first_time_s - interval - node.started_s)
+            last = gpu.active_last_time_s or gpu.active_first_time_s
+            tail = max(0.0, node.ended_s - last - interval)
+    capacity = gpu.info.memory_total_bytes
+    mean = dist.mean
+    nvl_idle = None
+    if gpu.nvlink_bytes and gpu.nvlink_bytes_while_idle is not None:
+        nvl_idle = 100.0 * gpu.nvlink_bytes_while_idle / gpu.nvlink_bytes
+    return GpuMetrics(
+        uuid=gpu.info.uuid,
+        hostname=node.hostname,
+        name=gpu.info.name,
+        compute_capability=gpu.info.compute_capability,
+        samples=gpu.samples,
+        samples_available=gpu.samples_available,
+        observed_s=observed,
+        duty_mean_pct=mean,
+        duty_p10_pct=dist.percentile(10),
+        duty_p50_pct=dist.percentile(50),
+        duty_p90_pct=dist.percentile(90),
+        duty_max_pct=dist.percentile(100),
+        idle_share_pct=_ratio_pct(gpu.idle_samples, gpu.samples_available),
+        idle_head_s=head,
+        idle_tail_s=tail,
+        memory_peak_bytes=gpu.memory_used_max_bytes,
+        memory_capacity_bytes=capacity,
+        memory_peak_pct=_ratio_pct(gpu.memory_used_max_bytes, capacity),
+        power_mean_w=gpu.power_mean_w,
+        power_limit_w=gpu.info.power_limit_w,
+        power_mean_of_limit_pct=_ratio_pct(gpu.power_mean_w, gpu.info.power_limit_w),
+        energy_kwh=None if gpu.energy_j is None else gpu.energy_j / JOULES_PER_KWH,
+        sm_active_mean_pct=gpu.sm_active_mean_pct,
+        tensor_active_mean_pct=gpu.tensor_active_mean_pct,
+        throttle_power_pct=_ratio_pct(gpu.throttle_power_s, observed),
+        throttle_thermal_pct=_ratio_pct(gpu.throttle_thermal_s, observed),
+        nvlink_bytes=gpu.nvlink_bytes,
+        nvlink_idle_share_pct=nvl_idle,
+        ecc_corrected=gpu.ecc_corrected,
+        ecc_uncorrected=gpu.ecc_uncorrected,
+        xid_events=gpu.xid_events,
+        process_seen=gpu.process_seen,
+        is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
+        used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
+        enough_data=gpu.samples_available >= settings.min_samples,
+    )
+
+
+# --------------------------------------------------------------------------- per job
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    return max(values) - min(values) if len(values) >= 2 else None
+
+
+def _cv(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.pstdev(values) / mean if mean > 0 else None
+
+
+def _cores_per_node(job: JobRecord, node: NodeRecord, nnodes: int) -> float | None:
+    if node.host is not None and node.host.allocated_cores:
+        return float(node.host.allocated_cores)
+    if job.alloc_cpus:
+        return job.alloc_cpus / nnodes
+    return None
+
+
+def _stall_and_peak(
+    job: JobRecord,
+    nodes: Sequence[NodeRecord],
+    used: set[str],
+    nnodes: int,
+    settings: AnalysisSettings,
+) -> tuple[float | None, float | None]:
+    """(input-bound share of time in percent, peak cores busy on one node)."""
+    stalled_s = total_s = 0.0
+    peak: float | None = None
+    for node in nodes:
+        cores = _cores_per_node(job, node, nnodes)
+        indices = [i for i, g in enumerate(node.gpus) if g.info.uuid in used]
+        for point in node.timeline:
+            if point.host_cpu_cores is not None:
+                peak = max(peak or 0.0, point.host_cpu_cores)
+            utils = [
+                u
+                for i in indices
+                if i < len(point.gpu_utilization_pct)
+                and (u := point.gpu_utilization_pct[i]) is not None
+            ]
+            if not utils or point.host_cpu_cores is None or not cores:
+                continue
+            total_s += point.width_s
+            gpu_low = statistics.fmean(utils) < settings.low_duty_pct
+            cpu_full = 100.0 * point.host_cpu_cores / cores >= settings.cpu_saturated_pct
+            if gpu_low and cpu_full:
+                stalled_s += point.width_s
+        if not node.timeline and node.host is not None and node.host.cpu_cores_busy.n:
+            # No timeline: fall back to the cores-busy distribution (not time-correlated).
+            top = node.host.cpu_cores_busy.percentile(100)
+            if top is not None and cores:
+                peak = max(peak or 0.0, top / 100.0 * cores)
+    share = 100.0 * stalled_s / total_s if total_s > 0 else None
+    return share, peak
+
+
+def job_metrics(
+    job: JobRecord, nodes: Sequence[NodeRecord], settings: AnalysisSettings
+) -> JobMetrics:
+    """All metrics of one job. ``nodes`` may miss some of the job's nodes, or be empty."""
+    gpus = tuple(gpu_metrics(g, node, settings) for node in nodes for g in node.gpus)
+    observed = [g for g in gpus if g.duty_mean_pct is not None]
+    used = [g for g in observed if g.used]
+    gpus_allocated = job.alloc_tres.gpus or 0
+    elapsed = max(job.elapsed_s, 0)
+    hours = elapsed / SECONDS_PER_HOUR
+    if gpus_allocated == 0 and not gpus:
+        status = DataStatus.NO_GPU
+    elif elapsed < settings.min_elapsed_s:
+        status = DataStatus.TOO_SHORT
+    elif not observed:
+        status = DataStatus.NO_TELEMETRY
+    else:
+        status = DataStatus.OK
+    busy = wasted = duty_mean = None
+    if observed:
+        busy = sum((g.duty_mean_pct or 0.0) / 100.0 * hours for g in observed)
+        wasted = sum(
+            hours if not g.used else (g.idle_share_pct or 0.0) / 100.0 * hours for g in observed
+        )
+        duty_mean = statistics.fmean(g.duty_mean_pct or 0.0 for g in observed)
+    used_means = [g.duty_mean_pct or 0.0 for g in used]
+    node_means = []
+    for node in nodes:
+        values = [g.duty_mean_pct or 0.0 for g in used if g.hostname == node.hostname]
+        if values:
+            node_means.append(statistics.fmean(values))
+    energies = [g.energy_kwh for g in gpus if g.energy_kwh is not None]
+    nnodes = seff_nnodes(job)
+    ncpus = seff_ncpus(job)
+    stall, peak = _stall_and_peak(job, nodes, {g.uuid for g in used}, nnodes, settings)
+    rss = [n.host.rss_max_bytes for n in nodes if n.host and n.host.rss_max_bytes is not None]
+    gpu_count = gpus_allocated or len(gpus)
+    return JobMetrics(
+        job_id=job.job_id,
+        status=status,
+        elapsed_s=elapsed,
+        time_limit_s=job.time_limit_s,
+        time_efficiency_pct=_ratio_pct(elapsed, job.time_limit_s) if elapsed else None,
+        ncpus=ncpus,
+        nnodes=nnodes,
+        cpu_used_s=seff_cpu_used_s(job),
+        cpu_efficiency_pct=seff_cpu_efficiency_pct(job),
+        mem_used_bytes=job.max_rss_bytes,
+        mem_allocated_bytes=seff_mem_allocated_bytes(job),
+        mem_efficiency_pct=seff_mem_efficiency_pct(job),
+        gpus_allocated=gpus_allocated,
+        gpus_observed=len(observed),
+        gpus_used=len(used),
+        gpu_hours_allocated=gpus_allocated * hours,
+        gpu_hours_busy=busy,
+        gpu_hours_wasted=wasted,
+        duty_mean_pct=duty_mean,
+        imbalance_spread_pct=_spread(used_means),
+        imbalance_cv=_cv(used_means),
+        node_spread_pct=_spread(node_means),
+        energy_kwh=sum(energies) if energies else None,
+        cpus_per_gpu=(job.alloc_cpus / gpu_count) if job.alloc_cpus and gpu_count else None,
+        stall_share_pct=stall,
+        host_cores_peak=peak,
+        host_cores_allocated_per_node=(job.alloc_cpus / nnodes) if job.alloc_cpus else None,
+        host_rss_peak_bytes=max(rss) if rss else None,
+        nodes_expected=max(len(job.nodelist), 1),
+        nodes_with_record=len(nodes),
+        gpus=gpus,
+    )

@@ -1,0 +1,303 @@
+"""Recommendations: concrete ``#SBATCH`` lines that would have fit this job and its similar
+past jobs, with headroom over the observed peaks.
+
+Safety rules: never propose less than the largest observed peak (this job and the similar
+past ones) plus the configured headroom; propose a reduction only when that is still below
+what was asked; never shorten ``--time`` when a similar job ran into its limit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from slurm_gpu.analysis.findings import Code, Finding, Option, Recommendation
+from slurm_gpu.analysis.history import PastJob
+from slurm_gpu.analysis.metrics import JobMetrics
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.records import JobRecord
+
+_MIG_NAME = re.compile(r"^(\d+)g\.(\d+)gb$")
+#: Slices of a whole GPU in NVIDIA's MIG geometry (A100/H100: seven compute slices).
+MIG_SLICES_PER_GPU = 7
+
+
+def round_up(value: float, step: float) -> float:
+    """``value`` rounded up to a multiple of ``step``."""
+    return math.ceil(value / step - 1e-9) * step
+
+
+def format_time(seconds: int) -> str:
+    """Slurm's ``[D-]HH:MM:SS``."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    hms = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{hms}" if days else hms
+
+
+def format_mem(nbytes: int) -> str:
+    """Whole GiB (``16G``) where exact, else MiB."""
+    gib = 1024**3
+    if nbytes % gib == 0:
+        return f"{nbytes // gib}G"
+    return f"{math.ceil(nbytes / 1024**2)}M"
+
+
+def round_time_s(seconds: float, s: AnalysisSettings) -> int:
+    """Round a duration up to the configured unit (coarser for long jobs)."""
+    step = s.time_round_long_s if seconds > s.time_round_long_after_s else s.time_round_s
+    return int(round_up(seconds, step))
+
+
+def _codes(findings: Sequence[Finding]) -> set[Code]:
+    return {f.code for f in findings}
+
+
+def _gpu_type(job: JobRecord) -> str:
+    types = job.alloc_tres.gpu_types or job.req_tres.gpu_types
+    return f"{types[0][0]}:" if len(types) == 1 else ""
+
+
+def recommend_gpus(
+    job: JobRecord, m: JobMetrics, findings: Sequence[Finding], past: Sequence[PastJob]
+) -> list[Recommendation]:
+    """Fewer GPUs when some never ran a kernel (and none did in similar jobs either)."""
+    if Code.GPU_UNUSED not in _codes(findings) or m.gpus_allocated == 0:
+        return []
+    if m.gpus_observed < m.gpus_allocated:
+        return []  # a GPU we did not see may have been the busy one
+    need = max([m.gpus_used, *(p.gpus_used for p in past if p.gpus_used is not None)])
+    if need >= m.gpus_allocated:
+        return []
+    saved = (m.gpus_allocated - need) * m.elapsed_s / 3600.0
+    kind = _gpu_type(job)
+    if need == 0:
+        lines: tuple[str, ...] = ()
+        proposed = "0"
+    elif m.nnodes > 1:
+        lines = (f"#SBATCH --gpus={kind}{need}",)
+        proposed = f"{kind}{need}"
+    else:
+        lines = (f"#SBATCH --gres=gpu:{kind}{need}",)
+        proposed = f"gpu:{kind}{need}"
+    return [
+        Recommendation(
+            option=Option.GPUS,
+            sbatch_lines=lines,
+            current=f"gpu:{kind}{m.gpus_allocated}",
+            proposed=proposed,
+            gpu_hours_saved=round(saved, 3),
+            safe_because={"gpus_used_max": need, "gpus_allocated": m.gpus_allocated},
+            based_on_jobs=1 + len(past),
+            finding=Code.GPU_UNUSED,
+        )
+    ]
+
+
+def _mig_memory_bytes(profile: str) -> tuple[int, int] | None:
+    """(compute slices, memory bytes) from ``1g.10gb``; the name's GB read as 10⁹ bytes, which
+    is below every real slice's memory, so the choice errs on the safe side."""
+    match = _MIG_NAME.match(profile)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)) * 10**9
+
+
+def recommend_mig(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """A MIG slice for a job that used a small part of a whole GPU, where the site has some."""
+    if Code.GPU_OVERSIZED not in _codes(findings) or not s.mig_partitions or m.gpus_used < 1:
+        return []
+    peaks = [g.memory_peak_bytes for g in m.gpus if g.used and g.memory_peak_bytes is not None]
+    peaks += [p.gpu_memory_peak_bytes for p in past if p.gpu_memory_peak_bytes is not None]
+    if not peaks:
+        return []
+    peak = max(peaks)
+    need = peak * (1 + s.headroom_gpu_mem_pct / 100.0)
+    options = []
+    for profile in s.mig_profiles:
+        parsed = _mig_memory_bytes(profile)
+        if parsed and parsed[1] >= need and parsed[0] < MIG_SLICES_PER_GPU:
+            options.append((parsed[0], parsed[1], profile))
+    if not options:
+        return []
+    slices, _mem, profile = min(options)
+    n = m.gpus_used
+    saved = n * m.elapsed_s / 3600.0 * (1 - slices / MIG_SLICES_PER_GPU)
+    return [
+        Recommendation(
+            option=Option.MIG,
+            sbatch_lines=(
+                f"#SBATCH --partition={s.mig_partitions[0]}",
+                f"#SBATCH --gres=gpu:{profile}:{n}",
+            ),
+            current=f"gpu:{_gpu_type(job)}{m.gpus_allocated}",
+            proposed=f"{profile}:{n}",
+            gpu_hours_saved=round(saved, 3),
+            safe_because={
+                "gpu_memory_peak_bytes": peak,
+                "headroom_pct": s.headroom_gpu_mem_pct,
+            },
+            based_on_jobs=1 + len(past),
+            finding=Code.GPU_OVERSIZED,
+        )
+    ]
+
+
+def _cpu_line(job: JobRecord, m: JobMetrics, n: int) -> str:
+    return f"#SBATCH --cpus-per-gpu={n}" if m.gpus_allocated else f"#SBATCH --cpus-per-task={n}"
+
+
+def recommend_cpus(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """More cores per GPU for an input-bound job; fewer for a job that left most idle."""
+    codes = _codes(findings)
+    gpus_per_node = m.gpus_allocated / m.nnodes if m.gpus_allocated else 0
+    per = gpus_per_node or 1
+    current = (m.host_cores_allocated_per_node or m.ncpus) / per
+    if codes & {Code.DATALOADER_BOUND, Code.TOO_FEW_CPUS_PER_GPU}:
+        proposed = max(s.min_cpus_per_gpu, math.ceil(2 * current))
+        return [
+            Recommendation(
+                option=Option.CPUS_PER_GPU,
+                sbatch_lines=(_cpu_line(job, m, proposed),),
+                current=f"{current:g}",
+                proposed=str(proposed),
+                gpu_hours_saved=None,
+                safe_because={
+                    "cores_busy_peak": m.host_cores_peak,
+                    "stall_share_pct": m.stall_share_pct,
+                },
+                based_on_jobs=1,
+                finding=Code.DATALOADER_BOUND
+                if Code.DATALOADER_BOUND in codes
+                else Code.TOO_FEW_CPUS_PER_GPU,
+            )
+        ]
+    if Code.CPU_OVERREQUESTED not in codes:
+        return []
+    peaks = [m.host_cores_peak, *(p.host_cores_peak for p in past)]
+    known = [p for p in peaks if p is not None]
+    if m.host_cores_peak is None or not known:
+        return []  # a mean is not a peak: without one, no smaller request is safe
+    peak = max(known)
+    proposed = max(1, math.ceil(peak / per * (1 + s.headroom_cpu_pct / 100.0)))
+    if proposed >= current:
+        return []
+    return [
+        Recommendation(
+            option=Option.CPUS_PER_GPU,
+            sbatch_lines=(_cpu_line(job, m, proposed),),
+            current=f"{current:g}",
+            proposed=str(proposed),
+            gpu_hours_saved=None,
+            safe_because={"cores_busy_peak": round(peak, 2), "headroom_pct": s.headroom_cpu_pct},
+            based_on_jobs=1 + len(past),
+            finding=Code.CPU_OVERREQUESTED,
+        )
+    ]
+
+
+def recommend_memory(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """``--mem`` (per node) sized to the peak resident memory plus headroom."""
+    codes = _codes(findings)
+    alloc_per_node = m.mem_allocated_bytes / m.nnodes if m.mem_allocated_bytes else None
+    factor = 1 + s.headroom_mem_pct / 100.0
+    if Code.HOST_OUT_OF_MEMORY in codes:
+        base = max(
+            v for v in (alloc_per_node, m.host_rss_peak_bytes, m.mem_used_bytes, 0) if v is not None
+        )
+        if not base:
+            return []
+        proposed = int(round_up(base * factor, s.mem_round_bytes))
+        finding = Code.HOST_OUT_OF_MEMORY
+    elif Code.MEMORY_OVERREQUESTED in codes and alloc_per_node:
+        peaks = [m.host_rss_peak_bytes, m.mem_used_bytes, *(p.host_rss_peak_bytes for p in past)]
+        known = [p for p in peaks if p is not None]
+        if not known:
+            return []
+        base = max(known)
+        proposed = int(round_up(base * factor, s.mem_round_bytes))
+        if proposed >= alloc_per_node:
+            return []
+        finding = Code.MEMORY_OVERREQUESTED
+    else:
+        return []
+    return [
+        Recommendation(
+            option=Option.MEMORY,
+            sbatch_lines=(f"#SBATCH --mem={format_mem(proposed)}",),
+            current=format_mem(int(alloc_per_node)) if alloc_per_node else None,
+            proposed=format_mem(proposed),
+            gpu_hours_saved=None,
+            safe_because={"mem_peak_bytes": int(base), "headroom_pct": s.headroom_mem_pct},
+            based_on_jobs=1 + (len(past) if finding is Code.MEMORY_OVERREQUESTED else 0),
+            finding=finding,
+        )
+    ]
+
+
+def recommend_time(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """``--time`` sized to the longest similar run plus headroom, rounded up."""
+    if Code.TIME_OVERREQUESTED not in _codes(findings) or m.time_limit_s is None:
+        return []
+    if any(p.state == "TIMEOUT" for p in past):
+        return []  # a similar job needed its whole limit, or more
+    longest = max([m.elapsed_s, *(p.elapsed_s for p in past)])
+    proposed = round_time_s(longest * (1 + s.headroom_time_pct / 100.0), s)
+    if proposed >= m.time_limit_s:
+        return []
+    return [
+        Recommendation(
+            option=Option.TIME,
+            sbatch_lines=(f"#SBATCH --time={format_time(proposed)}",),
+            current=format_time(m.time_limit_s),
+            proposed=format_time(proposed),
+            gpu_hours_saved=None,
+            safe_because={"elapsed_max_s": longest, "headroom_pct": s.headroom_time_pct},
+            based_on_jobs=1 + len(past),
+            finding=Code.TIME_OVERREQUESTED,
+        )
+    ]
+
+
+def recommend(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    s: AnalysisSettings,
+    past: Sequence[PastJob] = (),
+) -> tuple[Recommendation, ...]:
+    """Every recommendation for a job, the ones that free GPU-hours first."""
+    out = [
+        *recommend_gpus(job, m, findings, past),
+        *recommend_mig(job, m, findings, past, s),
+        *recommend_cpus(job, m, findings, past, s),
+        *recommend_memory(job, m, findings, past, s),
+        *recommend_time(job, m, findings, past, s),
+    ]
+    return tuple(sorted(out, key=lambda r: -(r.gpu_hours_saved or 0.0)))

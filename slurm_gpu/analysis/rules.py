@@ -1,0 +1,501 @@
+"""Diagnosis rules: one small function per signal pattern.
+
+Each rule reads the job's metrics (and, for accounting facts, its record) and returns zero or
+more findings. Rules never hard-code a threshold: every number comes from ``AnalysisSettings``
+(the ``[analysis]`` section of the configuration). ``docs/analysis.md`` lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from slurm_gpu.analysis.findings import Code, Finding, Number, Scope, Severity
+from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.records import JobRecord
+
+Rule = Callable[[JobMetrics, JobRecord, AnalysisSettings], list[Finding]]
+
+#: XID codes that point at the hardware or the driver rather than the user's program (NVIDIA's
+#: XID catalogue: 48 double-bit ECC, 61/62 internal micro-controller, 63/64 page retirement,
+#: 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained/uncontained
+#: ECC, 119/120 GSP). Application faults (13, 31, 43) are the user's and are not listed.
+HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+
+#: Job states in which "it ended well before its limit" says the limit was too long.
+FINISHED_NORMALLY = frozenset({"COMPLETED"})
+
+
+def _used(m: JobMetrics, s: AnalysisSettings) -> list[GpuMetrics]:
+    return [g for g in m.gpus if g.used and g.enough_data]
+
+
+def _r(value: float | None, digits: int = 1) -> Number:
+    return None if value is None else round(value, digits)
+
+
+def _diagnosable(m: JobMetrics) -> bool:
+    return m.status is DataStatus.OK
+
+
+# --------------------------------------------------------------------------- data quality
+
+
+def too_short(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The job ran too briefly for a diagnosis."""
+    if m.status is not DataStatus.TOO_SHORT:
+        return []
+    ev = {"elapsed_s": m.elapsed_s, "min_elapsed_s": s.min_elapsed_s}
+    return [Finding(Code.TOO_SHORT, Severity.INFO, ev)]
+
+
+def no_telemetry(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """GPUs were allocated but nothing was recorded about them."""
+    if m.status is not DataStatus.NO_TELEMETRY:
+        return []
+    ev = {"gpus_allocated": m.gpus_allocated, "nodes_with_record": m.nodes_with_record}
+    return [Finding(Code.NO_TELEMETRY, Severity.INFO, ev)]
+
+
+def node_record_missing(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Some but not all of a multi-node job's nodes left a record."""
+    if not (0 < m.nodes_with_record < m.nodes_expected) or m.gpus_allocated == 0:
+        return []
+    ev = {"nodes_expected": m.nodes_expected, "nodes_with_record": m.nodes_with_record}
+    return [Finding(Code.NODE_RECORD_MISSING, Severity.INFO, ev)]
+
+
+def gpu_lost(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """A GPU stopped answering during the job (fell off the bus, driver reset)."""
+    out = []
+    for g in m.gpus:
+        if g.samples_available < g.samples:
+            ev = {"samples": g.samples, "samples_available": g.samples_available}
+            out.append(Finding(Code.GPU_LOST, Severity.WARNING, ev, Scope.GPU, g.uuid))
+    return out
+
+
+# --------------------------------------------------------------------------- cause 6
+
+
+def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """An allocated GPU that never ran a kernel (with or without a process on it)."""
+    if not _diagnosable(m):
+        return []
+    out = []
+    hours = m.elapsed_s / 3600.0
+    for g in m.gpus:
+        if g.used or not g.enough_data:
+            continue
+        ev = {
+            "duty_mean_pct": _r(g.duty_mean_pct),
+            "process_seen": int(g.process_seen),
+            "gpu_hours_wasted": _r(hours, 3),
+            "gpus_allocated": m.gpus_allocated,
+            "gpus_used": m.gpus_used,
+        }
+        out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
+    return out
+
+
+def _edge(m: JobMetrics, s: AnalysisSettings, which: str) -> tuple[float, float] | None:
+    used = _used(m, s)
+    values = [getattr(g, which) for g in used if getattr(g, which) is not None]
+    if not values or m.elapsed_s <= 0:
+        return None
+    # The job's GPU work starts when its first GPU starts and ends when its last GPU ends.
+    edge = min(values)
+    pct = 100.0 * edge / m.elapsed_s
+    if edge >= s.idle_edge_min_s and pct >= s.idle_edge_min_pct:
+        return edge, pct
+    return None
+
+
+def idle_head(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The GPUs sat idle for a long time after the job started (staging, setup on CPU)."""
+    if not _diagnosable(m) or (hit := _edge(m, s, "idle_head_s")) is None:
+        return []
+    ev = {
+        "idle_head_s": round(hit[0]),
+        "idle_head_pct": _r(hit[1]),
+        "elapsed_s": m.elapsed_s,
+        "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+    }
+    return [Finding(Code.IDLE_HEAD, Severity.WARNING, ev)]
+
+
+def idle_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The GPUs sat idle for a long time before the job ended (CPU post-processing, a hang)."""
+    if not _diagnosable(m) or (hit := _edge(m, s, "idle_tail_s")) is None:
+        return []
+    ev = {
+        "idle_tail_s": round(hit[0]),
+        "idle_tail_pct": _r(hit[1]),
+        "elapsed_s": m.elapsed_s,
+        "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+    }
+    return [Finding(Code.IDLE_TAIL, Severity.WARNING, ev)]
+
+
+def time_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The job finished far inside its time limit (hurts backfill and the user's wait)."""
+    if m.status is DataStatus.TOO_SHORT or job.state not in FINISHED_NORMALLY:
+        return []
+    if m.time_limit_s is None or m.time_efficiency_pct is None:
+        return []
+    unused = m.time_limit_s - m.elapsed_s
+    if m.time_efficiency_pct >= s.time_used_max_pct or unused < s.time_unused_min_s:
+        return []
+    ev = {
+        "elapsed_s": m.elapsed_s,
+        "time_limit_s": m.time_limit_s,
+        "time_efficiency_pct": _r(m.time_efficiency_pct),
+    }
+    return [Finding(Code.TIME_OVERREQUESTED, Severity.WARNING, ev)]
+
+
+def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Most allocated cores did nothing (CPU efficiency as seff computes it)."""
+    eff = m.cpu_efficiency_pct
+    if m.status is DataStatus.TOO_SHORT or eff is None or m.cpu_used_s is None:
+        return []
+    idle_cores = m.ncpus - m.cpu_used_s / m.elapsed_s
+    if eff >= s.cpu_efficiency_max_pct or idle_cores < s.cpu_idle_min_cores:
+        return []
+    ev = {
+        "cpu_efficiency_pct": _r(eff, 2),
+        "cpus_allocated": m.ncpus,
+        "cores_busy_mean": _r(m.cpu_used_s / m.elapsed_s, 2),
+        "cores_busy_peak": _r(m.host_cores_peak, 2),
+    }
+    return [Finding(Code.CPU_OVERREQUESTED, Severity.WARNING, ev)]
+
+
+def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The job used a small part of the memory it asked for (memory efficiency as seff)."""
+    eff = m.mem_efficiency_pct
+    if m.status is DataStatus.TOO_SHORT or eff is None or job.state == "OUT_OF_MEMORY":
+        return []
+    assert m.mem_allocated_bytes is not None and m.mem_used_bytes is not None
+    used = m.mem_used_bytes
+    if m.host_rss_peak_bytes is not None:
+        # MaxRSS is one task's peak; on several nodes the per-node peak against the per-node
+        # allocation is the fairer test. Take whichever says the job used more.
+        per_node = m.mem_allocated_bytes / m.nnodes
+        used = max(used, m.host_rss_peak_bytes)
+        eff = max(eff, 100.0 * m.host_rss_peak_bytes / per_node)
+        if per_node - m.host_rss_peak_bytes < s.mem_unused_min_bytes:
+            return []
+    if eff >= s.mem_efficiency_max_pct:
+        return []
+    if m.mem_allocated_bytes - used < s.mem_unused_min_bytes:
+        return []
+    ev = {
+        "mem_efficiency_pct": _r(m.mem_efficiency_pct, 2),
+        "mem_used_bytes": m.mem_used_bytes,
+        "host_rss_peak_bytes": m.host_rss_peak_bytes,
+        "mem_allocated_bytes": m.mem_allocated_bytes,
+    }
+    return [Finding(Code.MEMORY_OVERREQUESTED, Severity.WARNING, ev)]
+
+
+def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Little GPU memory and little GPU time: a smaller GPU or a MIG slice would do."""
+    used = [g for g in _used(m, s) if not g.is_mig]
+    if not _diagnosable(m) or not used:
+        return []
+    peaks = [g.memory_peak_pct for g in used]
+    duties = [g.duty_mean_pct or 0.0 for g in used]
+    if any(p is None for p in peaks):
+        return []
+    peak = max(p for p in peaks if p is not None)
+    duty = sum(duties) / len(duties)
+    if peak >= s.oversized_memory_pct or duty >= s.oversized_duty_pct:
+        return []
+    ev = {
+        "memory_peak_pct": _r(peak),
+        "memory_peak_bytes": max(g.memory_peak_bytes or 0 for g in used),
+        "memory_capacity_bytes": min(g.memory_capacity_bytes or 0 for g in used),
+        "duty_mean_pct": _r(duty),
+    }
+    return [Finding(Code.GPU_OVERSIZED, Severity.WARNING, ev)]
+
+
+# --------------------------------------------------------------------------- cause 2
+
+
+def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    duty = _used_duty(m, s)
+    if duty is None or duty >= s.low_duty_pct:
+        return False
+    if m.stall_share_pct is not None:
+        return m.stall_share_pct >= s.stall_share_pct
+    # No timeline: saturated cores over the whole job are the only (weaker) sign.
+    eff = m.cpu_efficiency_pct
+    return eff is not None and eff >= s.cpu_saturated_pct
+
+
+def _used_duty(m: JobMetrics, s: AnalysisSettings) -> float | None:
+    used = _used(m, s)
+    if not used:
+        return None
+    return sum(g.duty_mean_pct or 0.0 for g in used) / len(used)
+
+
+def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The GPUs wait while the job's CPUs are saturated: data loading is the bottleneck."""
+    if not _diagnosable(m) or not _input_bound(m, s):
+        return []
+    ev = {
+        "stall_share_pct": _r(m.stall_share_pct),
+        "duty_mean_pct": _r(_used_duty(m, s)),
+        "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
+        "cpus_per_gpu": _r(m.cpus_per_gpu),
+    }
+    return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
+
+
+def too_few_cpus_per_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Input-bound with fewer cores per GPU than the site recommends."""
+    if not _diagnosable(m) or m.cpus_per_gpu is None or not _input_bound(m, s):
+        return []
+    if m.cpus_per_gpu >= s.min_cpus_per_gpu:
+        return []
+    ev = {"cpus_per_gpu": _r(m.cpus_per_gpu), "min_cpus_per_gpu": s.min_cpus_per_gpu}
+    return [Finding(Code.TOO_FEW_CPUS_PER_GPU, Severity.WARNING, ev)]
+
+
+# --------------------------------------------------------------------------- causes 1 and 3
+
+
+def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Steadily low duty cycle with little GPU memory and idle CPUs: too little work per
+    kernel launch (small batches); or busy duty cycle with low SM activity (tiny kernels)."""
+    used = _used(m, s)
+    if not _diagnosable(m) or not used or _input_bound(m, s):
+        return []
+    duty = sum(g.duty_mean_pct or 0.0 for g in used) / len(used)
+    peaks = [g.memory_peak_pct for g in used if g.memory_peak_pct is not None]
+    idle = [g.idle_share_pct for g in used if g.idle_share_pct is not None]
+    sm = [g.sm_active_mean_pct for g in used if g.sm_active_mean_pct is not None]
+    steady_low = (
+        duty < s.low_duty_pct
+        and bool(peaks)
+        and max(peaks) < s.small_memory_pct
+        and bool(idle)
+        and max(idle) <= s.steady_max_idle_pct
+    )
+    sm_mean = sum(sm) / len(sm) if sm else None
+    tiny_kernels = sm_mean is not None and duty >= s.low_duty_pct and sm_mean < s.low_sm_active_pct
+    if not (steady_low or tiny_kernels):
+        return []
+    ev = {
+        "duty_mean_pct": _r(duty),
+        "memory_peak_pct": _r(max(peaks)) if peaks else None,
+        "sm_active_mean_pct": _r(sm_mean),
+        "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
+    }
+    return [Finding(Code.LOW_PARALLELISM, Severity.WARNING, ev)]
+
+
+def tensor_cores_idle(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Busy GPUs with tensor cores that never use them (no mixed precision / TF32)."""
+    if not _diagnosable(m):
+        return []
+    cands = [
+        g
+        for g in _used(m, s)
+        if g.compute_capability is not None
+        and g.compute_capability[0] >= s.tensor_min_compute_major
+        and g.tensor_active_mean_pct is not None
+        and (g.duty_mean_pct or 0.0) >= s.tensor_busy_min_duty_pct
+    ]
+    # Tensor activity is a share of all cycles; relative to the duty cycle it is the share of
+    # the GPU's busy time the tensor cores worked, which does not shrink on a half-idle GPU.
+    rel = [100.0 * (g.tensor_active_mean_pct or 0.0) / (g.duty_mean_pct or 1.0) for g in cands]
+    if not cands or max(rel) > s.tensor_idle_pct:
+        return []
+    cc = cands[0].compute_capability
+    assert cc is not None
+    ev = {
+        "tensor_active_mean_pct": _r(max(g.tensor_active_mean_pct or 0.0 for g in cands)),
+        "tensor_active_of_busy_pct": _r(max(rel)),
+        "sm_active_mean_pct": _r(
+            max(
+                (g.sm_active_mean_pct for g in cands if g.sm_active_mean_pct is not None),
+                default=None,
+            )
+        ),
+        "duty_mean_pct": _r(sum(g.duty_mean_pct or 0.0 for g in cands) / len(cands)),
+        "compute_capability": float(f"{cc[0]}.{cc[1]}"),
+    }
+    return [Finding(Code.TENSOR_CORES_IDLE, Severity.WARNING, ev)]
+
+
+# --------------------------------------------------------------------------- cause 4
+
+
+def gpu_memory_near_full(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """A GPU's memory peak came close to its capacity (one step from CUDA out-of-memory)."""
+    if m.status is DataStatus.TOO_SHORT:
+        return []
+    full = [
+        g
+        for g in m.gpus
+        if g.memory_peak_pct is not None and g.memory_peak_pct >= s.near_full_memory_pct
+    ]
+    if not full:
+        return []
+    top = max(full, key=lambda g: g.memory_peak_pct or 0.0)
+    ev = {
+        "memory_peak_pct": _r(top.memory_peak_pct),
+        "memory_peak_bytes": top.memory_peak_bytes,
+        "memory_capacity_bytes": top.memory_capacity_bytes,
+        "gpus_near_full": len(full),
+    }
+    severity = Severity.CRITICAL if job.state == "FAILED" else Severity.WARNING
+    return [Finding(Code.GPU_MEMORY_NEAR_FULL, severity, ev)]
+
+
+def host_out_of_memory(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Slurm ended the job for exceeding its memory allocation on the host."""
+    if job.state != "OUT_OF_MEMORY":
+        return []
+    ev = {"mem_used_bytes": m.mem_used_bytes, "mem_allocated_bytes": m.mem_allocated_bytes}
+    return [Finding(Code.HOST_OUT_OF_MEMORY, Severity.CRITICAL, ev)]
+
+
+# --------------------------------------------------------------------------- cause 5
+
+
+def gpu_imbalance(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The used GPUs (or nodes) of one job worked very unequally: the others wait."""
+    if not _diagnosable(m):
+        return []
+    spread = m.imbalance_spread_pct
+    node_spread = m.node_spread_pct
+    hit = (spread is not None and spread >= s.imbalance_spread_pct) or (
+        node_spread is not None and node_spread >= s.imbalance_spread_pct
+    )
+    if not hit:
+        return []
+    duties = [g.duty_mean_pct or 0.0 for g in _used(m, s)]
+    ev = {
+        "imbalance_spread_pct": _r(spread),
+        "imbalance_cv": _r(m.imbalance_cv, 3),
+        "node_spread_pct": _r(node_spread),
+        "duty_max_pct": _r(max(duties, default=None)),
+        "duty_min_pct": _r(min(duties, default=None)),
+        "gpus_used": m.gpus_used,
+    }
+    return [Finding(Code.GPU_IMBALANCE, Severity.WARNING, ev)]
+
+
+def communication_wait(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """GPUs idle while NVLink traffic flows: waiting on collective communication."""
+    if not _diagnosable(m) or m.gpus_used < 2:
+        return []
+    shares = [g.nvlink_idle_share_pct for g in _used(m, s) if g.nvlink_idle_share_pct is not None]
+    if not shares or max(shares) < s.comm_idle_traffic_pct:
+        return []
+    total = sum(g.nvlink_bytes or 0 for g in _used(m, s))
+    ev = {
+        "nvlink_idle_share_pct": _r(max(shares)),
+        "nvlink_bytes": total,
+        "duty_mean_pct": _r(_used_duty(m, s)),
+        "gpus_used": m.gpus_used,
+    }
+    return [Finding(Code.COMMUNICATION_WAIT, Severity.WARNING, ev)]
+
+
+# --------------------------------------------------------------------------- the site's
+
+
+def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Clocks held down by the power cap or by heat for a large share of the job."""
+    if m.status is DataStatus.TOO_SHORT:
+        return []
+    out = []
+    for g in m.gpus:
+        for code, pct in (
+            (Code.GPU_THROTTLED_POWER, g.throttle_power_pct),
+            (Code.GPU_THROTTLED_THERMAL, g.throttle_thermal_pct),
+        ):
+            if pct is not None and pct >= s.throttle_min_pct:
+                ev = {
+                    "throttled_pct": _r(pct),
+                    "power_mean_w": _r(g.power_mean_w),
+                    "power_limit_w": _r(g.power_limit_w),
+                }
+                out.append(Finding(code, Severity.WARNING, ev, Scope.GPU, g.uuid))
+    return out
+
+
+def hardware_errors(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Uncorrected ECC errors or hardware XID events during the job."""
+    out = []
+    for g in m.gpus:
+        xids = sorted(x for x in g.xid_events if x in HARDWARE_XIDS)
+        if (g.ecc_uncorrected or 0) > 0 or xids:
+            ev: dict[str, Number] = {
+                "ecc_uncorrected": g.ecc_uncorrected,
+                "ecc_corrected": g.ecc_corrected,
+                "xid_count": len(xids),
+            }
+            ev.update({f"xid_{i}": x for i, x in enumerate(xids)})
+            out.append(Finding(Code.GPU_HARDWARE_ERRORS, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
+    return out
+
+
+#: Every rule, in evaluation order. ``unexplained`` runs after them (it needs their results).
+RULES: Sequence[Rule] = (
+    too_short,
+    no_telemetry,
+    node_record_missing,
+    gpu_lost,
+    gpu_unused,
+    idle_head,
+    idle_tail,
+    dataloader_bound,
+    too_few_cpus_per_gpu,
+    low_parallelism,
+    tensor_cores_idle,
+    gpu_memory_near_full,
+    host_out_of_memory,
+    gpu_oversized,
+    gpu_imbalance,
+    communication_wait,
+    time_overrequested,
+    cpu_overrequested,
+    memory_overrequested,
+    throttled,
+    hardware_errors,
+)
+
+#: Causes a specific rule can explain low utilization with; without one, say so (cause 7).
+_EXPLAINING = frozenset({1, 2, 3, 4, 5})
+
+
+def unexplained(
+    m: JobMetrics, job: JobRecord, s: AnalysisSettings, found: Sequence[Finding]
+) -> list[Finding]:
+    """Low utilization that no specific rule explains: point at the profiler (cause 7)."""
+    duty = _used_duty(m, s)
+    if not _diagnosable(m) or duty is None or duty >= s.low_duty_pct:
+        return []
+    if any(
+        f.cause in _EXPLAINING or f.code is Code.IDLE_TAIL or f.code is Code.IDLE_HEAD
+        for f in found
+    ):
+        return []
+    ev = {"duty_mean_pct": _r(duty), "gpus_used": m.gpus_used}
+    return [Finding(Code.LOW_UTILIZATION_UNEXPLAINED, Severity.WARNING, ev)]
+
+
+def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Finding, ...]:
+    """Every finding about a job, most severe first (stable within a severity)."""
+    found: list[Finding] = []
+    for rule in RULES:
+        found.extend(rule(m, job, s))
+    found.extend(unexplained(m, job, s, found))
+    return tuple(sorted(found, key=lambda f: -f.severity.rank))

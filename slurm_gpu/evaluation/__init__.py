@@ -1,0 +1,1 @@
+"""Synthetic labelled traces and the scored evaluation of the diagnosis."""

@@ -1,0 +1,562 @@
+"""Synthetic, labelled job traces: one generator per pattern of low GPU utilization.
+
+Each trace is a ``JobRecord`` plus the ``NodeRecord`` of every node, built the way production
+builds them: a stream of ``GpuSample`` and ``HostSample`` readings folded through the sampler's
+own streaming aggregates (``slurm_gpu.aggregate.NodeAggregator``). Parameters vary per trace
+(job length, reading interval, GPU and node count, GPU model, noise, which optional metrics the
+GPU reports), all drawn from one seeded ``random.Random`` so a seed names a corpus exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.records import (
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    JobRecord,
+    NodeRecord,
+    Tres,
+)
+from slurm_gpu.telemetry.base import THROTTLE_SW_POWER_CAP, THROTTLE_SW_THERMAL
+
+GIB = 1024**3
+
+#: (name, memory GiB, compute capability, power limit W, has NVLink)
+GPU_MODELS: tuple[tuple[str, int, tuple[int, int], float, bool], ...] = (
+    ("NVIDIA A100-SXM4-40GB", 40, (8, 0), 400.0, True),
+    ("NVIDIA A100-SXM4-80GB", 80, (8, 0), 400.0, True),
+    ("NVIDIA H100 80GB HBM3", 80, (9, 0), 700.0, True),
+    ("Tesla V100-SXM2-32GB", 32, (7, 0), 300.0, True),
+    ("NVIDIA L40S", 48, (8, 9), 350.0, False),
+)
+
+#: Pattern -> the causes it stands for (scored for recall) ...
+LABELS: dict[str, frozenset[int | str]] = {
+    "healthy": frozenset(),
+    "idle-gpu": frozenset({6}),
+    "dataloader": frozenset({2}),
+    "small-batch": frozenset({1}),
+    "no-amp": frozenset({3}),
+    "near-oom": frozenset({4}),
+    "imbalance": frozenset({5}),
+    "comm-wait": frozenset({5}),
+    "overtime": frozenset({6}),
+    "idle-tail": frozenset({6}),
+    "throttle": frozenset({"site"}),
+}
+
+#: ... and the causes that are also true of how the pattern is generated, so reporting them is
+#: not a false alarm: a small-batch job also fits a smaller GPU (cause 6, ``GPU_OVERSIZED``).
+TOLERATED: dict[str, frozenset[int | str]] = {
+    "small-batch": frozenset({6}),
+}
+
+#: Pattern -> the finding codes of which one must appear (a stricter check than the cause).
+EXPECTED_CODE: dict[str, tuple[str, ...]] = {
+    "healthy": (),
+    "idle-gpu": ("GPU_UNUSED",),
+    "dataloader": ("DATALOADER_BOUND",),
+    "small-batch": ("LOW_PARALLELISM",),
+    "no-amp": ("TENSOR_CORES_IDLE",),
+    "near-oom": ("GPU_MEMORY_NEAR_FULL",),
+    "imbalance": ("GPU_IMBALANCE",),
+    "comm-wait": ("COMMUNICATION_WAIT",),
+    "overtime": ("TIME_OVERREQUESTED",),
+    "idle-tail": ("IDLE_TAIL",),
+    "throttle": ("GPU_THROTTLED_POWER", "GPU_THROTTLED_THERMAL"),
+}
+
+PATTERNS: tuple[str, ...] = tuple(LABELS)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """One labelled job."""
+
+    name: str
+    pattern: str
+    seed: int
+    job: JobRecord
+    nodes: tuple[NodeRecord, ...]
+    labels: frozenset[int | str]
+    tolerated: frozenset[int | str] = field(default_factory=frozenset)
+    params: tuple[tuple[str, float], ...] = ()
+    """The drawn parameters, for the table and for reproducing a failure."""
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """What one GPU does over the job, as a function of the reading time."""
+
+    duty: Callable[[float], float]
+    memory_frac: float
+    process: Callable[[float], bool] = lambda t: True
+    sm_frac: float = 0.8
+    tensor_pct: float = 40.0
+    throttle_share: float = 0.0
+    throttle_bits: int = THROTTLE_SW_POWER_CAP
+    nvlink_busy_bps: float = 2e9
+    nvlink_idle_bps: float = 0.0
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Everything a pattern decides before the readings are generated."""
+
+    rng: random.Random
+    elapsed_s: int
+    interval_s: float
+    nodes: int
+    gpus_per_node: int
+    cpus_per_gpu: int
+    model: tuple[str, int, tuple[int, int], float, bool]
+    noise_pct: float
+    gpm: bool
+    """Whether the GPU reports SM and tensor activity."""
+    level_pct: float = 80.0
+    """The job's healthy duty cycle: synchronous data-parallel GPUs work in step."""
+    cpu_frac: Callable[[float], float] = lambda t: 0.5
+    rss_frac: float = 0.5
+    """Peak resident memory over requested memory."""
+    time_limit_factor: float = 1.5
+    state: str = "COMPLETED"
+    gpus: list[list[_Gpu]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def _steady(
+    rng: random.Random, lo: float, hi: float, dips: bool = True
+) -> Callable[[float], float]:
+    """A duty cycle around a level drawn in [lo, hi], with an occasional checkpoint dip."""
+    level = rng.uniform(lo, hi)
+    period = rng.uniform(600, 3600)
+    dip_s = rng.uniform(10, 40) if dips else 0.0
+
+    def duty(t: float) -> float:
+        return 0.0 if dip_s and (t % period) < dip_s else level
+
+    return duty
+
+
+def _window(inner: Callable[[float], float], start: float, end: float) -> Callable[[float], float]:
+    """``inner`` between ``start`` and ``end`` seconds, idle outside."""
+    return lambda t: inner(t) if start <= t < end else 0.0
+
+
+def _base(rng: random.Random, pattern: str) -> _Plan:
+    interval = rng.choice((1.0, 2.0, 5.0, 10.0, 30.0))
+    lo = max(900.0, 40 * interval)
+    hi = min(43200.0, 500 * interval)
+    if hi < lo:
+        hi = lo
+    elapsed = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    model = rng.choice(GPU_MODELS)
+    return _Plan(
+        rng=rng,
+        elapsed_s=elapsed,
+        interval_s=interval,
+        nodes=1,
+        gpus_per_node=rng.choice((1, 1, 2, 4, 4, 8)),
+        cpus_per_gpu=rng.choice((4, 6, 8, 12, 16)),
+        model=model,
+        noise_pct=rng.uniform(1.0, 10.0),
+        gpm=rng.random() < 0.5,
+        cpu_frac=_const(rng.uniform(0.3, 0.8)),
+        rss_frac=rng.uniform(0.35, 0.85),
+        time_limit_factor=rng.uniform(1.1, 2.0),
+        level_pct=rng.uniform(58, 95),
+    )
+
+
+def _const(value: float) -> Callable[[float], float]:
+    return lambda t: value
+
+
+def _flag(value: bool) -> Callable[[float], bool]:
+    return lambda t: value
+
+
+def _healthy_gpu(p: _Plan) -> _Gpu:
+    rng = p.rng
+    head = rng.uniform(0, min(300.0, 0.05 * p.elapsed_s))
+    tail_start = p.elapsed_s - rng.uniform(0, min(300.0, 0.05 * p.elapsed_s))
+    return _Gpu(
+        duty=_window(_steady(rng, p.level_pct - 3, p.level_pct + 3), head, tail_start),
+        memory_frac=rng.uniform(0.45, 0.9),
+        sm_frac=rng.uniform(0.6, 0.9),
+        tensor_pct=rng.uniform(20, 60),
+        nvlink_idle_bps=0.0,
+    )
+
+
+def _fill(p: _Plan, make: Callable[[_Plan, int, int], _Gpu]) -> None:
+    p.gpus = [[make(p, n, g) for g in range(p.gpus_per_node)] for n in range(p.nodes)]
+
+
+# --------------------------------------------------------------------------- the patterns
+
+
+def _healthy(p: _Plan) -> None:
+    if p.rng.random() < 0.2:
+        p.nodes, p.gpus_per_node = 2, p.rng.choice((2, 4))
+    _fill(p, lambda p, n, g: _healthy_gpu(p))
+
+
+def _idle_gpu(p: _Plan) -> None:
+    rng = p.rng
+    p.gpus_per_node = rng.choice((1, 2, 2, 4, 4, 8))
+    unused = rng.randint(1, max(1, p.gpus_per_node - 1)) if p.gpus_per_node > 1 else 1
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        if g >= p.gpus_per_node - unused:
+            # Never touched; sometimes a stray context (a process, but no kernel ever).
+            ctx = rng.random() < 0.3
+            return _Gpu(duty=_const(0.0), memory_frac=0.005 if ctx else 0.0, process=_flag(ctx))
+        return _healthy_gpu(p)
+
+    _fill(p, make)
+
+
+def _dataloader(p: _Plan) -> None:
+    rng = p.rng
+    p.cpus_per_gpu = rng.choice((1, 2, 2, 4, 6, 8))
+    p.cpu_frac = _const(rng.uniform(0.8, 1.0))
+
+    job_level = rng.uniform(12, 43)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        level = job_level + rng.uniform(-3, 3)
+
+        def bursty(t: float) -> float:
+            # A batch arrives, the GPU runs it, then waits for the next.
+            return max(0.0, rng.gauss(level, level * 0.6))
+
+        return _Gpu(
+            duty=bursty,
+            memory_frac=rng.uniform(0.2, 0.85),
+        )
+
+    _fill(p, make)
+
+
+def _small_batch(p: _Plan) -> None:
+    rng = p.rng
+    p.cpu_frac = _const(rng.uniform(0.05, 0.4))
+    level = rng.uniform(12, 46)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        return _Gpu(
+            duty=_steady(rng, level - 3, level + 3),
+            memory_frac=rng.uniform(0.03, 0.35),
+            sm_frac=rng.uniform(0.1, 0.3),
+            tensor_pct=rng.uniform(5, 30),
+        )
+
+    _fill(p, make)
+
+
+def _no_amp(p: _Plan) -> None:
+    rng = p.rng
+    p.gpm = True
+    p.model = rng.choice([m for m in GPU_MODELS if m[2] >= (7, 0)])
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.tensor_pct = rng.uniform(0.0, 3.0)
+        gpu.sm_frac = rng.uniform(0.5, 0.85)
+        return gpu
+
+    _fill(p, make)
+
+
+def _near_oom(p: _Plan) -> None:
+    rng = p.rng
+    if rng.random() < 0.3:
+        p.state = "FAILED"
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.memory_frac = rng.uniform(0.96, 0.995)
+        return gpu
+
+    _fill(p, make)
+
+
+def _imbalance(p: _Plan) -> None:
+    rng = p.rng
+    if rng.random() < 0.3:
+        p.nodes, p.gpus_per_node = 2, rng.choice((1, 2, 4))
+        slow_node = True
+    else:
+        p.gpus_per_node = rng.choice((2, 4, 8))
+        slow_node = False
+    fast = rng.uniform(80, 97)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        busy = (n == 0) if slow_node else (g == 0)
+        lo, hi = (fast - 5, fast) if busy else (fast - 75, fast - 35)
+        gpu.duty = _steady(rng, max(3.0, lo), max(8.0, hi))
+        return gpu
+
+    _fill(p, make)
+
+
+def _comm_wait(p: _Plan) -> None:
+    rng = p.rng
+    p.model = rng.choice([m for m in GPU_MODELS if m[4]])
+    if rng.random() < 0.3:
+        p.nodes, p.gpus_per_node = 2, rng.choice((2, 4))
+    else:
+        p.gpus_per_node = rng.choice((2, 4, 8))
+    wait_share = rng.uniform(0.25, 0.6)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        period = rng.uniform(10, 40) * p.interval_s
+        gpu.duty = lambda t: 0.0 if (t % period) >= (1 - wait_share) * period else 90.0
+        gpu.nvlink_busy_bps = rng.uniform(1e8, 1e9)
+        gpu.nvlink_idle_bps = rng.uniform(5e9, 2e10)
+        return gpu
+
+    _fill(p, make)
+
+
+def _overtime(p: _Plan) -> None:
+    rng = p.rng
+    p.elapsed_s = max(p.elapsed_s, 1200)
+    p.time_limit_factor = max(rng.uniform(2.6, 20.0), 1 + 3700 / p.elapsed_s)
+    _healthy(p)
+
+
+def _idle_tail(p: _Plan) -> None:
+    rng = p.rng
+    frac = rng.uniform(0.12, 0.5)
+    p.elapsed_s = max(p.elapsed_s, int(1.3 * 600 / frac) + 1)
+    end = p.elapsed_s * (1 - frac)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.duty = _window(gpu.duty, 0.0, end)
+        return gpu
+
+    _fill(p, make)
+
+
+def _throttle(p: _Plan) -> None:
+    rng = p.rng
+    share = rng.uniform(0.2, 0.9)
+    bits = rng.choice((THROTTLE_SW_POWER_CAP, THROTTLE_SW_THERMAL))
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.throttle_share = share
+        gpu.throttle_bits = bits
+        return gpu
+
+    _fill(p, make)
+
+
+_MAKERS: dict[str, Callable[[_Plan], None]] = {
+    "healthy": _healthy,
+    "idle-gpu": _idle_gpu,
+    "dataloader": _dataloader,
+    "small-batch": _small_batch,
+    "no-amp": _no_amp,
+    "near-oom": _near_oom,
+    "imbalance": _imbalance,
+    "comm-wait": _comm_wait,
+    "overtime": _overtime,
+    "idle-tail": _idle_tail,
+    "throttle": _throttle,
+}
+
+
+# --------------------------------------------------------------------------- readings
+
+
+def _uuid(rng: random.Random) -> str:
+    h = f"{rng.getrandbits(128):032x}"
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _node_record(
+    p: _Plan, job_id: str, host: str, gpus: Sequence[_Gpu], start_s: float
+) -> NodeRecord:
+    rng = p.rng
+    name, mem_gib, cc, power_limit, nvlink = p.model
+    capacity = mem_gib * GIB
+    infos = [
+        GpuInfo(
+            uuid=_uuid(rng),
+            index=i,
+            minor_number=i,
+            name=name,
+            memory_total_bytes=capacity,
+            power_limit_w=power_limit,
+            compute_capability=cc,
+        )
+        for i in range(len(gpus))
+    ]
+    cores = p.cpus_per_gpu * len(gpus)
+    agg = NodeAggregator(
+        job_id=job_id,
+        hostname=host,
+        uid=1000,
+        interval_s=p.interval_s,
+        source="synthetic",
+        gpus=infos,
+        started_s=start_s,
+        idle_threshold_pct=1.0,
+        timeline_points=512,
+        allocated_cores=cores,
+    )
+    energy = [rng.randint(10**9, 10**10) for _ in gpus]
+    nvl = [0 for _ in gpus]
+    cpu_time = 0.0
+    rss_peak = int(p.rss_frac * 4 * GIB * len(gpus))
+    t = p.interval_s
+    while t <= p.elapsed_s:
+        samples = []
+        for i, (gpu, info) in enumerate(zip(gpus, infos, strict=True)):
+            base = gpu.duty(t)
+            duty = 0.0 if base <= 0 else min(100.0, max(0.0, rng.gauss(base, p.noise_pct)))
+            if base > 0 and duty <= 1.0:
+                duty = 1.5  # a kernel ran, however little: not idle
+            busy = duty / 100.0
+            power = 0.15 * power_limit + 0.8 * power_limit * busy
+            energy[i] += int(power * p.interval_s * 1000)
+            idle = duty <= 1.0
+            nvl[i] += int((gpu.nvlink_idle_bps if idle else gpu.nvlink_busy_bps) * p.interval_s)
+            throttled = rng.random() < gpu.throttle_share
+            mem = int(capacity * gpu.memory_frac * (1.0 if t > 30 else 0.5))
+            proc = gpu.process(t)
+            samples.append(
+                GpuSample(
+                    uuid=info.uuid,
+                    time_s=start_s + t,
+                    utilization_pct=round(duty, 1),
+                    memory_used_bytes=mem if (proc or mem) else 0,
+                    memory_total_bytes=capacity,
+                    power_w=round(power, 1),
+                    energy_mj=energy[i],
+                    throttle_reasons=gpu.throttle_bits if throttled else 0,
+                    nvlink_tx_bytes=nvl[i] // 2 if nvlink else None,
+                    nvlink_rx_bytes=nvl[i] - nvl[i] // 2 if nvlink else None,
+                    ecc_corrected_total=0,
+                    ecc_uncorrected_total=0,
+                    processes=(GpuProcess(4242 + i, mem),) if proc else (),
+                    sm_active_pct=round(busy * gpu.sm_frac * 100, 1) if p.gpm else None,
+                    tensor_active_pct=round(busy * gpu.tensor_pct, 1) if p.gpm else None,
+                )
+            )
+        cores_busy = max(0.0, min(1.0, rng.gauss(p.cpu_frac(t), 0.03))) * cores
+        cpu_time += cores_busy * p.interval_s
+        rss = int(rss_peak * min(1.0, 0.6 + 0.4 * t / p.elapsed_s))
+        host_sample = HostSample(
+            time_s=start_s + t,
+            cpu_time_s=cpu_time,
+            rss_bytes=rss,
+            io_read_bytes=None,
+            io_write_bytes=None,
+            process_count=4,
+            method="synthetic",
+        )
+        agg.add(start_s + t, samples, host_sample)
+        t += p.interval_s
+    return agg.record(ended_s=start_s + p.elapsed_s, complete=True)
+
+
+def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeRecord]) -> JobRecord:
+    gpus = p.nodes * p.gpus_per_node
+    cpus = p.cpus_per_gpu * gpus
+    rss = max((n.host.rss_max_bytes or 0) for n in nodes if n.host) if nodes else 0
+    cpu_s = sum((n.host.cpu_time_s or 0.0) for n in nodes if n.host)
+    mem_per_node = math.ceil(rss / p.rss_frac / GIB) * GIB
+    limit = math.ceil(p.elapsed_s * p.time_limit_factor / 60.0) * 60
+    tres = Tres(cpus=cpus, mem_bytes=mem_per_node * p.nodes, nodes=p.nodes, gpus=gpus)
+    start = 1.7e9
+    return JobRecord(
+        job_id=job_id,
+        job_id_display=job_id,
+        array_job_id=None,
+        array_task_id=None,
+        het_job_id=None,
+        het_job_offset=None,
+        user="alice",
+        uid=1000,
+        account="lab",
+        partition="gpu",
+        qos=None,
+        job_name=f"train-{job_id}",
+        work_dir="/home/alice/project",
+        nodelist=hosts,
+        state=p.state,
+        cancelled_by_uid=None,
+        exit_code=0 if p.state == "COMPLETED" else 1,
+        exit_signal=0,
+        derived_exit_code=0,
+        alloc_tres=tres,
+        req_tres=tres,
+        alloc_cpus=cpus,
+        req_mem_bytes=mem_per_node * p.nodes,
+        max_rss_bytes=rss,
+        total_cpu_s=cpu_s,
+        elapsed_s=p.elapsed_s,
+        time_limit_s=limit,
+        submit_s=start - 60,
+        start_s=start,
+        end_s=start + p.elapsed_s,
+        restarts=0,
+        comment=None,
+        admin_comment=None,
+        mail_user=None,
+        mail_type=None,
+    )
+
+
+def generate(pattern: str, seed: int) -> Trace:
+    """One trace of ``pattern``, fully determined by ``seed``."""
+    if pattern not in _MAKERS:
+        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    rng = random.Random(f"{pattern}:{seed}")
+    plan = _base(rng, pattern)
+    _MAKERS[pattern](plan)
+    job_id = str(100000 + seed)
+    hosts = tuple(f"gpu{n + 1:03d}" for n in range(plan.nodes))
+    start = 1.7e9
+    nodes = tuple(
+        _node_record(plan, job_id, host, plan.gpus[n], start) for n, host in enumerate(hosts)
+    )
+    job = _job(plan, job_id, hosts, nodes)
+    params = (
+        ("elapsed_s", float(plan.elapsed_s)),
+        ("interval_s", plan.interval_s),
+        ("gpus", float(plan.nodes * plan.gpus_per_node)),
+        ("nodes", float(plan.nodes)),
+        ("noise_pct", round(plan.noise_pct, 2)),
+    )
+    return Trace(
+        name=f"{pattern}-{seed}",
+        pattern=pattern,
+        seed=seed,
+        job=job,
+        nodes=nodes,
+        labels=LABELS[pattern],
+        tolerated=TOLERATED.get(pattern, frozenset()),
+        params=params,
+    )
+
+
+def corpus(n_per_pattern: int, seed: int, patterns: Sequence[str] = PATTERNS) -> list[Trace]:
+    """``n_per_pattern`` traces of every pattern; trace seeds are ``seed * 100000 + i``."""
+    return [generate(p, seed * 100000 + i) for p in patterns for i in range(n_per_pattern)]

@@ -1,0 +1,128 @@
+"""The scored evaluation on held-out seeds, the trace generators, and finding wording."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import jinja2
+import pytest
+from analysis_factory import GIB, T0, gpu, host, job, node, timeline
+from click.testing import CliRunner
+
+from slurm_gpu.analysis import Code, Finding, analyze
+from slurm_gpu.analysis.wording import environment, template_name, wording
+from slurm_gpu.cli.admin import cli
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.evaluation.score import run
+from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO / "templates" / "findings"
+S = AnalysisSettings()
+#: Seeds the thresholds were never tuned on (tuning used seed 1).
+HELD_OUT_SEEDS = (3, 4)
+
+
+@pytest.mark.parametrize("seed", HELD_OUT_SEEDS)
+def test_targets_hold_on_held_out_seeds(seed: int) -> None:
+    ev = run(corpus(4, seed), S, seed=seed, n_per_pattern=4)
+    for c in ev.causes:
+        if c.labelled:
+            assert c.recall is not None and c.recall >= 0.9, c
+    assert ev.false_alarm_rate is not None and ev.false_alarm_rate <= 0.05
+    assert ev.profiler_coverage == 1.0
+
+
+def test_generation_is_deterministic_and_varied() -> None:
+    a, b = generate("dataloader", 7), generate("dataloader", 7)
+    assert a.job == b.job and a.nodes == b.nodes
+    params = {generate("healthy", i).params for i in range(6)}
+    assert len(params) == 6
+    assert {t.pattern for t in corpus(1, 5)} == set(PATTERNS)
+
+
+def test_traces_are_built_by_the_streaming_aggregates() -> None:
+    t = generate("idle-gpu", 3)
+    assert t.nodes[0].source == "synthetic" and t.nodes[0].timeline
+    g = t.nodes[0].gpus[-1]
+    assert g.samples == g.samples_available > 0 and g.utilization.n == g.samples
+
+
+def test_unknown_pattern_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown pattern"):
+        generate("nope", 1)
+
+
+def test_evaluate_command_writes_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "diagnosis.md"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    res = CliRunner().invoke(
+        cli, ["--config", str(cfg), "evaluate", "--n", "1", "--seed", "5", "--write", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "## Held-out corpus (seed 5)" in text and "## Tuning corpus (seed 1)" in text
+    assert "| cause | labelled |" in text
+
+
+def test_evaluate_refuses_the_tuning_seed_as_held_out(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    res = CliRunner().invoke(cli, ["--config", str(cfg), "evaluate", "--seed", "1"])
+    assert res.exit_code == 2 and "differ" in res.output
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def _scenarios() -> list[Finding]:
+    """Findings covering every code, from the corpus plus constructed edge cases."""
+    found = [f for t in corpus(1, 6) for f in analyze(t.job, t.nodes, S).findings]
+    cases = [
+        (job(elapsed=0, total_cpu=0.0), [node()]),
+        (job(), []),
+        (job(gpus=2, nodes=("a", "b")), [node([gpu("GPU-a")], hostname="a")]),
+        (job(), [node([replace(gpu(duty=[80.0] * 40), samples=100)])]),
+        (job(state="OUT_OF_MEMORY"), [node()]),
+        (job(), [node([gpu(ecc_uncorrected=1, xid_events=(79,), throttle_thermal_s=900.0)])]),
+        (job(), [node([gpu(throttle_power_s=900.0)])]),
+        (
+            job(cpus=32, total_cpu=3600.0, max_rss=GIB, mem=64 * GIB),
+            [node(host_summary=host(cores=32, busy_frac=1 / 32, rss_max_bytes=GIB))],
+        ),
+        (job(), [node([gpu(active=(T0 + 1300, T0 + 3600))])]),
+        (
+            job(cpus=2),
+            [
+                node(
+                    [gpu(duty=25.0)],
+                    tl=timeline([25.0] * 4, [1.9] * 4),
+                    host_summary=host(cores=2, busy_frac=0.95),
+                )
+            ],
+        ),
+        (job(), [node([gpu(duty=20.0, mem_frac=0.1)])]),
+        (job(), [node([gpu(duty=[0.0] * 55 + [95.0] * 45, mem_frac=0.7)])]),
+    ]
+    for j, nodes in cases:
+        found.extend(analyze(j, nodes, S).findings)
+    return found
+
+
+def test_every_code_has_wording_that_renders() -> None:
+    env = environment(jinja2.FileSystemLoader(str(TEMPLATES)))
+    for code in Code:
+        assert (TEMPLATES / template_name(code.value)).is_file(), f"no wording for {code}"
+    findings = _scenarios()
+    assert {f.code for f in findings} == set(Code), set(Code) - {f.code for f in findings}
+    for f in findings:
+        title, text = wording(env, f)
+        assert title and text and "n/a" not in title, f.code
+        assert "{{" not in text
+
+
+def test_no_template_without_a_code() -> None:
+    names = {p.name for p in TEMPLATES.glob("*.j2")}
+    assert names == {template_name(c.value) for c in Code}
