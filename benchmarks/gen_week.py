@@ -194,6 +194,25 @@ def insert(engine: Engine, jobs: pd.DataFrame, gpus: pd.DataFrame, found: pd.Dat
                 conn.execute(table.insert(), rows)
 
 
+def insert_dicts(
+    engine: Engine,
+    jobs: list[dict[str, Any]],
+    gpus: list[dict[str, Any]],
+    found: list[dict[str, Any]],
+) -> None:
+    """Insert hand-written rows (one dict per row; NOT NULL columns left out get defaults)."""
+    with engine.connect().execution_options(sqlite_write=True) as conn, conn.begin():
+        for table, rows in ((schema.jobs, jobs), (schema.job_gpus, gpus), (schema.findings, found)):
+            if not rows:
+                continue
+            names = sorted({k for r in rows for k in r})
+            cols = {c: [r.get(c) for r in rows] for c in names}
+            cols = _defaults(table, cols, len(rows))
+            keys = list(cols)
+            full = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+            conn.execute(table.insert(), full)
+
+
 def generate(
     url: str, n_jobs: int, since_s: float = DEFAULT_SINCE_S, seed: int = 1, id_offset: int = 0
 ) -> None:
