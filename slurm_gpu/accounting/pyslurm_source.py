@@ -165,7 +165,7 @@ class PyslurmSource:
             derived_exit_code=_int(job.derived_exit_code),
             alloc_tres=alloc,
             req_tres=req,
-            alloc_cpus=_int(job.cpus) if alloc.raw else 0,
+            alloc_cpus=_int(job.cpus),
             req_mem_bytes=req.mem_bytes or (mem_mib * 1024**2 if mem_mib else None),
             max_rss_bytes=max_rss if max_rss else None,
             total_cpu_s=float(total_cpu) if total_cpu is not None else None,

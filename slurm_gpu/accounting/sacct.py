@@ -245,7 +245,8 @@ def _split_display_id(display: str) -> tuple[str | None, str | None, str | None,
     base = display.split(".", 1)[0]
     if "_" in base:
         job, task = base.split("_", 1)
-        return job, task.strip("[]"), None, None
+        # The ``%N`` throttle of a pending range is a limit, not part of the id.
+        return job, task.strip("[]").split("%", 1)[0], None, None
     if "+" in base:
         job, offset = base.split("+", 1)
         return None, None, job, _opt_int(offset)
@@ -306,13 +307,14 @@ def _to_record(run: _Run, *, restarts: int) -> JobRecord:
     if elapsed is None:
         elapsed = int(parse_duration(row["Elapsed"]) or 0)
     array_job, array_task, het_job, het_offset = _split_display_id(row["JobID"])
+    display = row["JobID"].split("%", 1)[0] + "]" if "%" in row["JobID"] else row["JobID"]
     try:
         nodelist = expand_hostlist(row["NodeList"])
     except AccountingError:
         nodelist = (row["NodeList"],)
     return JobRecord(
         job_id=row["JobIDRaw"],
-        job_id_display=row["JobID"],
+        job_id_display=display,
         array_job_id=array_job,
         array_task_id=array_task,
         het_job_id=het_job,

@@ -51,6 +51,9 @@ def parse_tres(text: str | None) -> Tres:
     raw = (text or "").strip()
     if raw in ("", "(null)"):
         return Tres(raw="")
+    # Canonical order, so that equal lists compare equal whatever order the source used
+    # (sacct 22.05 sorts by name, libslurm by TRES id).
+    raw = ",".join(sorted(e.strip() for e in raw.split(",") if e.strip()))
     cpus = nodes = gpus = billing = mem = None
     typed: dict[str, int] = {}
     for entry in raw.split(","):

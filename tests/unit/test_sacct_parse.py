@@ -181,7 +181,8 @@ def test_array_and_het_ids() -> None:
             ]
         )
     ).jobs
-    assert (jobs["200"].array_job_id, jobs["200"].array_task_id) == ("200", "3-5%1")
+    assert (jobs["200"].array_job_id, jobs["200"].array_task_id) == ("200", "3-5")
+    assert jobs["200"].job_id_display == "200_[3-5]"
     assert (jobs["201"].array_job_id, jobs["201"].array_task_id) == ("200", "1")
     assert (jobs["301"].het_job_id, jobs["301"].het_job_offset) == ("300", 1)
     assert jobs["300"].het_job_offset == 0

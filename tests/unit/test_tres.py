@@ -20,7 +20,7 @@ def test_full_tres_with_typed_gpus() -> None:
         2,
     )
     assert tres.gpu_types == (("a100", 2),)
-    assert tres.raw == "cpu=8,mem=64G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2"
+    assert tres.raw == "billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=64G,node=1"
 
 
 def test_typed_only_gpus_are_summed() -> None:
