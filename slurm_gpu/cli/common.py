@@ -37,6 +37,8 @@ def run_guarded(prog: str, debug: bool, fn: Callable[[], T]) -> T:
         return fn()
     except SlurmGpuError as err:
         fail(err, prog, debug=debug)
+    except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        raise  # click's own exits and usage errors carry their documented codes
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(130)
     except Exception as exc:  # the last line of defence: one line, no traceback
