@@ -298,8 +298,10 @@ class ProcHostSampler:
         self._needle = f"SLURM_JOB_ID={job_id}\0".encode()
         self._exclude = exclude_pids | {os.getpid()}
         self._tracked: dict[tuple[int, int], _ProcState] = {}
-        # (pid, start) -> whether it belongs to the job; environments do not change later.
-        self._membership: dict[tuple[int, int], bool] = {}
+        # pid -> (start ticks, whether it belongs to the job, whether that is final); the
+        # initial environment of a process does not change after exec, so membership is
+        # decided on two looks per process.
+        self._membership: dict[int, tuple[int | None, bool, bool]] = {}
         self._exited_cpu_s = 0.0
         self._exited_io_read = 0
         self._exited_io_write = 0
@@ -337,22 +339,33 @@ class ProcHostSampler:
         now = time.time() if now_s is None else now_s
         seen: dict[tuple[int, int], _ProcState] = {}
         rss_pages = 0
-        for pid in self._pids():
+        pids = list(self._pids())
+        membership: dict[int, tuple[int | None, bool, bool]] = {}
+        for pid in pids:
+            known = self._membership.get(pid)
+            if known is not None and not known[1] and known[2]:
+                # Not the job's, and still there: skip without reading anything. (A pid freed
+                # and reused between two readings would be missed; with sequential pid
+                # allocation that takes pid_max process creations within one interval.)
+                membership[pid] = known
+                continue
             stat_text = _read_text(f"{self.proc_root}/{pid}/stat")
             parsed = _parse_stat(stat_text) if stat_text else None
             if parsed is None:
                 continue
             ppid, start, own, children, state = parsed
-            key = (pid, start)
-            member = self._membership.get(key)
-            if member is None:
-                member = self._is_job_process(pid)
-                self._membership[key] = member
-            if not member:
+            if known is None or known[0] != start:
+                known = (start, self._is_job_process(pid), False)
+            elif not known[1]:
+                # Second look at a process first judged not the job's: slurmstepd forks, then
+                # sets the job's environment and execs, so a first look may have come between.
+                known = (start, self._is_job_process(pid), True)
+            membership[pid] = known
+            if not known[1]:
                 continue
             io_text = _read_text(f"{self.proc_root}/{pid}/io")
             io_r, io_w = _parse_proc_io(io_text) if io_text else (0, 0)
-            seen[key] = _ProcState(ppid, own + children, io_r, io_w)
+            seen[(pid, start)] = _ProcState(ppid, own + children, io_r, io_w)
             if state != "Z":
                 statm = _read_text(f"{self.proc_root}/{pid}/statm")
                 if statm:
@@ -360,6 +373,8 @@ class ProcHostSampler:
                     if len(parts) > 1 and parts[1].isdigit():
                         rss_pages += int(parts[1])
             self._last_pid = pid
+        # Only pids listed now are kept, so the cache stays as small as the process table.
+        self._membership = membership
         live_pids = {pid for pid, _start in seen}
         for key, old in self._tracked.items():
             if key in seen:
@@ -371,10 +386,6 @@ class ProcHostSampler:
                 self._exited_io_read += old.io_read
                 self._exited_io_write += old.io_write
         self._tracked = seen
-        # Forget membership of processes that are gone so the cache stays bounded.
-        if len(self._membership) > 4 * len(seen) + 1024:
-            current = set(self._pids())
-            self._membership = {k: v for k, v in self._membership.items() if k[0] in current}
         cpu = self._exited_cpu_s + sum(s.cpu_s for s in seen.values())
         io_r = self._exited_io_read + sum(s.io_read for s in seen.values())
         io_w = self._exited_io_write + sum(s.io_write for s in seen.values())
