@@ -9,7 +9,6 @@ the labels are searchable and selectable. Colours differ in lightness as well as
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -60,8 +59,8 @@ def _to_svg(fig: Figure, name: str) -> str:
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg") :]
-    # Scale with the page: keep the viewBox, let CSS set the width.
-    svg = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", svg, count=1)
+    # Keep the natural size (every chart then shows its text at the same size); the page's
+    # CSS only shrinks a chart to fit a narrow window.
     return svg.replace(
         "<svg", f'<svg class="chart" role="img" aria-labelledby="{name}-title"', 1
     ).replace(">", f'><title id="{name}-title">{_TITLES.get(name, name)}</title>', 1)

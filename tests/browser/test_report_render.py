@@ -1,0 +1,150 @@
+"""The weekly report in a real browser (headless Chromium): no script error, every chart drawn
+with a non-zero size, the table sorter works; the screenshot in the docs is made here.
+
+Run with ``pytest -m browser tests/browser``. Needs Debian's ``chromium`` package.
+Set ``SLURM_GPU_UPDATE_SCREENSHOT=1`` to refresh ``docs/img/report.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "unit"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gen_week
+from test_report_aggregate import hand_rows
+
+from slurm_gpu.report.aggregate import ReportOptions, build_report
+from slurm_gpu.report.model import Period
+from slurm_gpu.report.render import render_html
+from slurm_gpu.store.store import Store
+
+pytestmark = pytest.mark.browser
+
+WEEK_S = 7 * 86400.0
+SINCE = gen_week.DEFAULT_SINCE_S
+
+#: Appended to a copy of the page: records errors, measures every chart, sorts one table,
+#: and writes the findings into the DOM for --dump-dom to return.
+CHECKER = """
+<script>
+window.__errors = [];
+window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
+window.addEventListener("load", function () {
+  var out = {errors: window.__errors, svgs: [], sorted: null};
+  document.querySelectorAll("svg").forEach(function (s) {
+    var r = s.getBoundingClientRect();
+    out.svgs.push({w: r.width, h: r.height, shapes: s.querySelectorAll("path, rect").length});
+  });
+  try {
+    var th = document.querySelector("#top-users th[data-sort='num']:nth-child(5)");
+    th.click();
+    var cells = Array.prototype.map.call(
+      th.closest("table").tBodies[0].rows,
+      function (row) { return parseFloat(row.cells[4].textContent.replace(/,/g, "")); });
+    out.sorted = cells;
+  } catch (e) { out.errors.push("checker: " + e); }
+  var pre = document.createElement("pre");
+  pre.id = "__check";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("headless Chromium is missing: apt-get install -y chromium")
+
+
+def _run(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report over three generated weeks plus the hand-made jobs (odd user names included)."""
+    d = tmp_path_factory.mktemp("browser")
+    url = f"sqlite:///{d}/store.db"
+    with Store.open(url) as store:
+        for i, n in enumerate((3000, 2600, 2200, 2500)):
+            gen_week.insert(
+                store.engine,
+                *gen_week.frames(n, SINCE - i * WEEK_S, seed=10 + i, id_offset=10_000 + i * 10**6),
+            )
+        gen_week.insert_dicts(store.engine, *hand_rows())
+        report = build_report(
+            store.engine,
+            Period(SINCE, SINCE + WEEK_S),
+            ReportOptions(site_name="Example cluster", trend_weeks=6),
+            now_s=SINCE + WEEK_S + 3600,
+        )
+    path = d / "report.html"
+    path.write_text(render_html(report), encoding="utf-8")
+    return path
+
+
+def test_report_renders_without_errors_and_every_chart_has_a_size(
+    page: Path, tmp_path: Path
+) -> None:
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.read_text().replace("</body>", CHECKER + "</body>"))
+    proc = _run(["--dump-dom", checked.as_uri()], tmp_path / "profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'<pre id="__check">(.*?)</pre>', proc.stdout, re.S)
+    assert m, "the checker did not run: " + proc.stderr[-2000:]
+    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert result["errors"] == []
+    # Console errors the page itself logged (Chromium prints them with --enable-logging).
+    console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
+    assert not [ln for ln in console if "Uncaught" in ln or "Error" in ln], console
+    assert len(result["svgs"]) == 5
+    for svg in result["svgs"]:
+        assert svg["w"] > 100 and svg["h"] > 50, svg
+        assert svg["shapes"] > 5, svg
+    # The sorter ordered the wasted GPU-hours column ascending.
+    values = result["sorted"]
+    assert values and values == sorted(values)
+
+
+def test_screenshot(page: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    proc = _run(
+        ["--hide-scrollbars", "--window-size=1100,2400", f"--screenshot={shot}", page.as_uri()],
+        tmp_path / "profile",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    if os.environ.get("SLURM_GPU_UPDATE_SCREENSHOT") == "1":
+        target = REPO / "docs" / "img" / "report.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
