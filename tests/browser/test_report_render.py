@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "unit"))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import gen_week
 from test_report_aggregate import hand_rows
@@ -30,6 +29,8 @@ from slurm_gpu.report.render import render_html
 from slurm_gpu.store.store import Store
 
 pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
 
 WEEK_S = 7 * 86400.0
 SINCE = gen_week.DEFAULT_SINCE_S
