@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -51,25 +52,34 @@ def _pg_url() -> str:
     return postgres_url()
 
 
-def _reset_postgres(url: str) -> None:
+def _schema_url(url: str, schema: str) -> str:
+    """``url`` with every connection's search_path set to ``schema``."""
+    return f"{url}?options=-csearch_path%3D{schema}"
+
+
+def _pg_exec(url: str, sql: str) -> None:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("DROP SCHEMA IF EXISTS public CASCADE")
-            conn.exec_driver_sql("CREATE SCHEMA public")
+            conn.exec_driver_sql(sql)
     finally:
         engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty store URL: a fresh SQLite file, or the emptied PostgreSQL test database."""
+    """An empty store URL: a fresh SQLite file, or a fresh schema of the PostgreSQL test
+    database (one per test, so concurrent runs do not see each other's tables)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/sub/dir/store.db"
-    else:
-        url = request.getfixturevalue("_pg_url")
-        _reset_postgres(url)
-        yield url
+        return
+    url = request.getfixturevalue("_pg_url")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    _pg_exec(url, f"CREATE SCHEMA {schema}")
+    try:
+        yield _schema_url(url, schema)
+    finally:
+        _pg_exec(url, f"DROP SCHEMA {schema} CASCADE")
 
 
 # --------------------------------------------------------------------------- builders

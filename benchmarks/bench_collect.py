@@ -1,0 +1,292 @@
+"""Collector ingest throughput (jobs/s, batched sacct calls included) and store size per GPU-hour.
+
+Accounting: a *recorded-output* runner behind the real ``SacctSource``. The output of one real
+finished GPU job (``--template-job``, default: the newest finished GPU job that the local
+slurmdbd knows) is recorded once; every batch then
+
+1. runs the real ``sacct`` against the local slurmdbd for that job (so each batch pays a real
+   process start and a real slurmdbd round trip), and
+2. answers with the recorded lines rewritten for the batch's job ids, which ``SacctSource``
+   parses like any other output.
+
+Filling slurmdbd with 10,000 real jobs is not done: the one-node test cluster runs about one
+GPU job per second through its prolog and epilog, so 10,000 jobs would take hours.
+
+Spool: one sealed record per job, one node, ``--gpus`` GPUs, one hour at the default 10 s
+interval (360 readings, 360 timeline points), utilization and power with noise so the
+compressed timelines are realistic rather than flat.
+
+Run as root on the test cluster host::
+
+    .venv/bin/python benchmarks/bench_collect.py --jobs 1000 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from slurm_gpu import spool
+from slurm_gpu.accounting.runner import CommandResult, SubprocessRunner
+from slurm_gpu.accounting.sacct import DELIM, SACCT_ENV, SacctSource, build_argv
+from slurm_gpu.collector import Collector, CollectorOptions
+from slurm_gpu.records import (
+    Distribution,
+    GpuInfo,
+    GpuSummary,
+    HostSummary,
+    NodeRecord,
+    TimelinePoint,
+)
+from slurm_gpu.store import Store
+
+T0 = 1_790_000_000.0
+HOUR = 3600.0
+INTERVAL_S = 10.0
+
+
+def newest_gpu_job() -> str:
+    out = subprocess.run(
+        [
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-a",
+            "-S",
+            "now-7days",
+            "-s",
+            "CD",
+            "-o",
+            "JobIDRaw,AllocTRES",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    ids = [line.split("|")[0] for line in out.splitlines() if "gres/gpu" in line]
+    if not ids:
+        raise SystemExit("no finished GPU job in accounting; run one on the test cluster first")
+    return ids[-1]
+
+
+class RecordedRunner:
+    """Real sacct call per batch, recorded lines rewritten for the asked ids."""
+
+    def __init__(self, template_job: str) -> None:
+        self.template_job = template_job
+        self.real = SubprocessRunner()
+        done = self.real(build_argv("sacct", job_ids=[template_job]), env=SACCT_ENV, timeout_s=60)
+        if done.returncode != 0 or not done.stdout.strip():
+            raise SystemExit(f"sacct gave nothing for job {template_job}: {done.stderr}")
+        self.template = done.stdout
+        self.calls = 0
+
+    def __call__(
+        self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
+    ) -> CommandResult:
+        self.calls += 1
+        ids = next(a for a in argv if a.startswith("--jobs=")).split("=", 1)[1].split(",")
+        real = list(argv)
+        real[real.index(f"--jobs={','.join(ids)}")] = f"--jobs={self.template_job}"
+        done = self.real(real, env=env, timeout_s=timeout_s)
+        if done.returncode != 0:
+            return done
+        tid = self.template_job.encode()
+        sep = DELIM.encode()
+        lines = [line.split(sep) for line in self.template.splitlines()]
+        chunks = []
+        for jid in ids:
+            b = jid.encode()
+            for fields in lines:
+                # JobIDRaw and JobID open every record ("<id>" or "<id>.batch") and JobIDRaw
+                # closes it: rewrite the id there only.
+                out = list(fields)
+                for k in (0, 1, len(out) - 1):
+                    if out[k] == tid or out[k].startswith(tid + b"."):
+                        out[k] = b + out[k][len(tid) :]
+                chunks.append(sep.join(out) + b"\n")
+        return CommandResult(0, b"".join(chunks), "")
+
+
+def dist(values: Sequence[float]) -> Distribution:
+    counts = [0] * 101
+    for v in values:
+        counts[min(100, int(v))] += 1
+    return Distribution(counts=tuple(counts), total=float(sum(values)))
+
+
+def make_record(job_id: str, host: str, n_gpus: int, rng: random.Random) -> NodeRecord:
+    n = int(HOUR / INTERVAL_S)
+    gpus = []
+    utils = []
+    for g in range(n_gpus):
+        base = rng.uniform(20, 90)
+        util = [max(0.0, min(100.0, rng.gauss(base, 15))) for _ in range(n)]
+        utils.append(util)
+        gpus.append(
+            GpuSummary(
+                info=GpuInfo(
+                    uuid=f"GPU-{rng.getrandbits(128):032x}",
+                    index=g,
+                    minor_number=g,
+                    name="NVIDIA A100-SXM4-80GB",
+                    memory_total_bytes=80 * 2**30,
+                    power_limit_w=400.0,
+                    compute_capability=(8, 0),
+                ),
+                samples=n,
+                samples_available=n,
+                first_time_s=T0,
+                last_time_s=T0 + HOUR - INTERVAL_S,
+                utilization=dist(util),
+                sub_samples=dist([]),
+                idle_samples=sum(1 for u in util if u <= 1),
+                active_first_time_s=T0,
+                active_last_time_s=T0 + HOUR - INTERVAL_S,
+                memory_used_max_bytes=rng.randint(10, 79) * 2**30,
+                memory_used_mean_bytes=3e10,
+                power_mean_w=250.0,
+                power_max_w=390.0,
+                energy_j=250.0 * HOUR,
+                sm_clock_mean_mhz=1400.0,
+                temperature_max_c=70.0,
+                throttle_power_s=0.0,
+                throttle_thermal_s=0.0,
+                pcie_tx_mean_bytes_per_s=1e9,
+                pcie_rx_mean_bytes_per_s=1e9,
+                nvlink_bytes=None,
+                nvlink_bytes_while_idle=None,
+                ecc_corrected=0,
+                ecc_uncorrected=0,
+                xid_events=(),
+                process_seen=True,
+                max_processes=1,
+                pids=(1000 + g,),
+                sm_active_mean_pct=None,
+                tensor_active_mean_pct=None,
+            )
+        )
+    timeline = tuple(
+        TimelinePoint(
+            t_s=T0 + i * INTERVAL_S,
+            width_s=INTERVAL_S,
+            samples=1,
+            gpu_utilization_pct=tuple(round(u[i], 1) for u in utils),
+            gpu_memory_used_max_bytes=tuple(
+                rng.randint(20 * 2**10, 21 * 2**10) * 2**20 for _ in range(n_gpus)
+            ),
+            gpu_power_w=tuple(round(rng.uniform(150, 390), 1) for _ in range(n_gpus)),
+            host_cpu_cores=round(rng.uniform(1, 8), 2),
+            host_rss_max_bytes=rng.randint(4000, 5000) * 2**20,
+        )
+        for i in range(n)
+    )
+    return NodeRecord(
+        job_id=job_id,
+        hostname=host,
+        uid=1001,
+        interval_s=INTERVAL_S,
+        source="nvml",
+        started_s=T0,
+        ended_s=T0 + HOUR,
+        gpus=tuple(gpus),
+        host=HostSummary(
+            method="cgroup2",
+            samples=n,
+            cpu_time_s=5 * HOUR,
+            cpu_cores_busy=dist([rng.uniform(10, 90) for _ in range(n)]),
+            allocated_cores=8,
+            rss_max_bytes=5 * 2**30,
+            rss_mean_bytes=4.5e9,
+            io_read_bytes=10**10,
+            io_write_bytes=10**9,
+        ),
+        timeline=timeline,
+        complete=True,
+    )
+
+
+def fill_spool(spool_dir: Path, n_jobs: int, n_gpus: int, host: str, first_id: int) -> None:
+    rng = random.Random(n_jobs * 31 + n_gpus)
+    templates = [spool.encode_record(make_record("0", host, n_gpus, rng)) for _ in range(20)]
+    for i in range(n_jobs):
+        jid = str(first_id + i)
+        d = spool_dir / jid
+        d.mkdir(parents=True)
+        data = templates[i % len(templates)].replace(b'"job_id":"0"', f'"job_id":"{jid}"'.encode())
+        (d / f"{host}.record").write_bytes(data)
+
+
+def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -> dict[str, float]:
+    root = workdir / f"run-{n_jobs}-{n_gpus}"
+    shutil.rmtree(root, ignore_errors=True)
+    spool_dir, state_dir = root / "spool", root / "state"
+    fill_spool(spool_dir, n_jobs, n_gpus, host, first_id=10_000_000)
+    runner = RecordedRunner(template_job)
+    acc = SacctSource(batch_size=500, runner=runner)
+    url = f"sqlite:///{state_dir}/store.db"
+    with Store.open(url) as store:
+        collector = Collector(
+            store=store,
+            accounting=acc,
+            spool_dir=str(spool_dir),
+            state_dir=str(state_dir),
+            options=CollectorOptions(batch_size=500),
+        )
+        t = time.perf_counter()
+        report = collector.run_once(missing_pass=False)
+        elapsed = time.perf_counter() - t
+    if len(report.ingested) != n_jobs:
+        raise SystemExit(f"ingested {len(report.ingested)} of {n_jobs}: {report}")
+    db = state_dir / "store.db"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    tl_bytes = con.execute("SELECT sum(length(data)) FROM timelines").fetchone()[0]
+    con.close()
+    size = db.stat().st_size
+    gpu_hours = n_jobs * n_gpus * 1.0
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "jobs": n_jobs,
+        "gpus": n_gpus,
+        "seconds": elapsed,
+        "jobs_per_s": n_jobs / elapsed,
+        "sacct_calls": runner.calls,
+        "db_bytes": size,
+        "kb_per_gpu_hour": size / gpu_hours / 1000,
+        "timeline_kb_per_gpu_hour": tl_bytes / gpu_hours / 1000,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--template-job", default=None)
+    ap.add_argument("--host", default=os.uname().nodename.split(".")[0])
+    args = ap.parse_args()
+    template = args.template_job or newest_gpu_job()
+    with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
+        print(f"template job {template}; host {args.host}")
+        print("jobs   gpus  seconds  jobs/s  sacct calls  KB/GPU-hour (timeline only)")
+        for n_gpus in args.gpus:
+            for n in args.jobs:
+                r = run(n, n_gpus, template, args.host, Path(tmp))
+                print(
+                    f"{r['jobs']:>6} {r['gpus']:>4} {r['seconds']:>8.1f} {r['jobs_per_s']:>7.0f}"
+                    f" {r['sacct_calls']:>12} {r['kb_per_gpu_hour']:>8.2f}"
+                    f" ({r['timeline_kb_per_gpu_hour']:.2f})"
+                )
+
+
+if __name__ == "__main__":
+    main()
