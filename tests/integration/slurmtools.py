@@ -120,18 +120,25 @@ def submit(
 
 def squeue_state(job_id: str) -> str | None:
     """The job's state as squeue shows it (e.g. ``RUNNING``, ``COMPLETING``); ``None`` when
-    slurmctld no longer knows the job."""
+    slurmctld no longer knows the job. For an array job, a task that has not finished wins."""
     proc = run_as(None, ["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
-    state = proc.stdout.strip()
-    return state or None
+    return _least_done(proc.stdout.split())
 
 
 def sacct_state(job_id: str) -> str | None:
     """The job's state in accounting (first word: ``CANCELLED by 0`` -> ``CANCELLED``);
     ``None`` while slurmdbd has no record of it yet."""
     proc = run_as(None, ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], check=False)
-    line = proc.stdout.strip().splitlines()
-    return line[0].split()[0] if line and line[0].strip() else None
+    return _least_done([line.split()[0] for line in proc.stdout.splitlines() if line.strip()])
+
+
+def _least_done(states: Sequence[str]) -> str | None:
+    """One state for a job that may have several lines (an array job's tasks): the first
+    state that is not final if there is one, else the first; ``None`` for no lines."""
+    for state in states:
+        if state not in TERMINAL_STATES:
+            return state
+    return states[0] if states else None
 
 
 def wait_done(job_id: str, timeout_s: float = 120.0) -> str:

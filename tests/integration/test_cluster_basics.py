@@ -117,3 +117,13 @@ def test_start_is_idempotent() -> None:
     assert proc.returncode == 0, proc.stderr
     assert slurmtools.controller_up()
     _node_usable()
+
+
+def test_wait_done_on_an_array_waits_for_every_task(job_dir: Path) -> None:
+    array_id = slurmtools.submit(
+        "#!/bin/bash\nsleep $((SLURM_ARRAY_TASK_ID * 2))\n",
+        args=("--array=0-2", f"--output={job_dir}/%A_%a"),
+    )
+    assert slurmtools.wait_done(array_id) == "COMPLETED"
+    proc = slurmtools.run_as(None, ["sacct", "-n", "-X", "-P", "-j", array_id, "-o", "State"])
+    assert proc.stdout.split() == ["COMPLETED"] * 3
