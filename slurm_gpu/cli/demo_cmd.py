@@ -13,6 +13,7 @@ from slurm_gpu.demo.patterns import PATTERNS, describe
 from slurm_gpu.demo.submit import (
     default_scripts_dir,
     describe_gpu,
+    describe_host,
     find_records,
     job_states,
     submit_all,
@@ -114,5 +115,7 @@ def run(
             )
             for gpu in record.gpus:
                 click.echo(f"    {describe_gpu(gpu)}")
+            if record.host is not None:
+                click.echo(f"    host: {describe_host(record.host)}")
     if left:
         sys.exit(1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_gpu.errors import SlurmGpuError, SpoolFormatError, UsageError
-from slurm_gpu.records import GpuSummary, NodeRecord
+from slurm_gpu.records import GpuSummary, HostSummary, NodeRecord
 from slurm_gpu.spool import list_sealed, read_record
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -174,4 +174,16 @@ def describe_gpu(gpu: GpuSummary) -> str:
     ]
     if gpu.nvlink_bytes:
         parts.append(f"nvlink {gpu.nvlink_bytes / 1e9:.1f} GB")
+    return ", ".join(p for p in parts if p)
+
+
+def describe_host(host: HostSummary) -> str:
+    """One line about the job's CPU and memory on one node."""
+    busy = host.cpu_cores_busy.mean
+    parts = [
+        f"cpu {host.cpu_time_s:.1f} s" if host.cpu_time_s is not None else "cpu n/a",
+        f"cores busy mean {busy:.0f}% of {host.allocated_cores}" if busy is not None else "",
+        f"rss max {host.rss_max_bytes / 2**20:.0f} MiB" if host.rss_max_bytes else "",
+        f"({host.method})",
+    ]
     return ", ".join(p for p in parts if p)
