@@ -13,7 +13,8 @@ reads (``reportseff --format +GPUEff,GPUMem``)::
         "gpu_utilization":  {"0": 42.5}}}}       # mean duty cycle, percent
 
 A key is written only when its value is known, and ``total_memory`` / ``gpu_total_memory`` only
-when positive, because reportseff divides by them.
+when positive, because reportseff divides by them; ``cpus`` only together with the node's
+``total_time`` (reportseff reads one whenever the other is there).
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def build_summary(job: JobRecord, nodes: Sequence[NodeRecord]) -> dict[str, Any]
         cpus = host.allocated_cores if host and host.allocated_cores else None
         if cpus is None and job.alloc_cpus:
             cpus = max(1, job.alloc_cpus // node_count)
-        if cpus:
+        # reportseff divides the node's total_time by cpus whenever cpus is non-zero and
+        # raises KeyError without total_time: write both or neither.
+        if cpus and host and host.cpu_time_s is not None:
             entry["cpus"] = cpus
-        if host and host.cpu_time_s is not None:
             entry["total_time"] = round(host.cpu_time_s, 1)
         if per_node_mem and per_node_mem > 0:
             entry["total_memory"] = per_node_mem
@@ -144,14 +146,21 @@ class AdminCommentWriter:
 
     slurmdbd refuses the change for a few seconds after a job ends (the job row is still being
     completed), so a failed attempt is retried every ``retry_delay_s`` for ``retry_for_s``.
-    ``scontrol update`` is no alternative: from EpilogSlurmctld it fails with "Job has already
-    finished".
+    ``scontrol update`` is no alternative for finished jobs: it fails with "Job has already
+    finished" (from EpilogSlurmctld too); ``write_running`` uses it for jobs still running.
+
+    Measured on Slurm 22.05.8: sacctmgr stores the value lower-cased (``JS1:AbC`` becomes
+    ``js1:abc``), which destroys base64. ``write`` therefore reads the comment back with sacct
+    and raises ``AccountingError`` when it did not survive.
     """
 
     def __init__(
         self,
         *,
         sacctmgr_path: str = "sacctmgr",
+        sacct_path: str = "sacct",
+        scontrol_path: str = "scontrol",
+        verify: bool = True,
         timeout_s: float = 30.0,
         retry_for_s: float = 10.0,
         retry_delay_s: float = 1.0,
@@ -160,6 +169,9 @@ class AdminCommentWriter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sacctmgr_path = sacctmgr_path
+        self.sacct_path = sacct_path
+        self.scontrol_path = scontrol_path
+        self.verify = verify
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
         self.retry_delay_s = retry_delay_s
@@ -185,11 +197,7 @@ class AdminCommentWriter:
 
         Raises ``AccountingError`` with sacctmgr's message when every attempt failed.
         """
-        if not comment.startswith(PREFIX) or any(c.isspace() for c in comment):
-            raise AccountingError(
-                "refusing to write an AdminComment that is not a JS1 summary",
-                hint="build it with slurm_gpu.accounting.admincomment.encode",
-            )
+        _check_js1(comment)
         target = sacctmgr_target(job)
         deadline = self.clock() + self.retry_for_s
         attempts = 0
@@ -198,6 +206,8 @@ class AdminCommentWriter:
             done = self.runner(self.argv(target, comment), env={}, timeout_s=self.timeout_s)
             out = done.stdout.decode("utf-8", "replace")
             if done.returncode == 0 and "nothing modified" not in out.lower():
+                if self.verify:
+                    self._check_stored(job, target, comment)
                 return attempts
             if self.clock() >= deadline:
                 message = (done.stderr or out).strip().splitlines()
@@ -209,3 +219,51 @@ class AdminCommentWriter:
                     "and check that slurmdbd runs",
                 )
             self.sleep(self.retry_delay_s)
+
+    def write_running(self, job: JobRecord, comment: str) -> None:
+        """Write ``comment`` with ``scontrol update`` while the job still runs (keeps case on
+        every Slurm version). Raises ``AccountingError`` when slurmctld refuses."""
+        _check_js1(comment)
+        argv = [
+            self.scontrol_path,
+            "update",
+            f"jobid={sacctmgr_target(job)}",
+            f"AdminComment={comment}",
+        ]
+        done = self.runner(argv, env={}, timeout_s=self.timeout_s)
+        if done.returncode != 0:
+            raise AccountingError(
+                f"scontrol could not set AdminComment of job {job.job_id_display}: "
+                f"{done.stderr.strip() or done.returncode}",
+                stderr=done.stderr,
+                hint="scontrol update works only while the job is known to slurmctld and not "
+                "finished; use write() after the job ends",
+            )
+
+    def _check_stored(self, job: JobRecord, target: str, comment: str) -> None:
+        argv = [self.sacct_path, "-X", "-n", "-P", f"--jobs={target}", "--format=AdminComment"]
+        done = self.runner(argv, env={}, timeout_s=self.timeout_s)
+        stored = done.stdout.decode("utf-8", "replace").strip().splitlines()
+        if done.returncode != 0 or not stored:
+            return  # cannot tell; sacctmgr said it succeeded
+        if stored[0] == comment:
+            return
+        if stored[0] == comment.lower():
+            raise AccountingError(
+                f"sacctmgr stored the AdminComment of job {target} lower-cased, which breaks "
+                "the JS1 encoding",
+                hint="this Slurm's sacctmgr lower-cases AdminComment (seen on 22.05); write "
+                "summaries while jobs run (write_running) or upgrade Slurm",
+            )
+        raise AccountingError(
+            f"AdminComment of job {target} reads back different from what was written",
+            hint="another tool may be writing AdminComment too",
+        )
+
+
+def _check_js1(comment: str) -> None:
+    if not comment.startswith(PREFIX) or any(c.isspace() for c in comment):
+        raise AccountingError(
+            "refusing to write an AdminComment that is not a JS1 summary",
+            hint="build it with slurm_gpu.accounting.admincomment.encode",
+        )

@@ -220,14 +220,25 @@ def test_sacctmgr_target_names_array_tasks_by_array_and_task() -> None:
 
 
 class FlakyRunner:
-    def __init__(self, failures: int) -> None:
+    """sacctmgr that fails ``failures`` times; sacct that reads back ``stored`` (default: what
+    was written); scontrol that refuses as for a finished job."""
+
+    def __init__(self, failures: int, stored: str | None = None) -> None:
         self.failures = failures
+        self.stored = stored
+        self.written = ""
         self.calls: list[list[str]] = []
 
     def __call__(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
     ) -> CommandResult:
+        if argv[0] == "sacct":
+            value = self.stored if self.stored is not None else self.written
+            return CommandResult(0, (value + "\n").encode(), "")
         self.calls.append(list(argv))
+        if argv[0] == "scontrol":
+            return CommandResult(1, b"", "Job has already finished for job 101")
+        self.written = argv[-1].split("=", 1)[1]
         if len(self.calls) <= self.failures:
             return CommandResult(1, b"", " Nothing modified\n")
         return CommandResult(
@@ -274,3 +285,30 @@ def test_writer_gives_up_with_a_typed_error() -> None:
 def test_writer_refuses_non_js1_text() -> None:
     with pytest.raises(AccountingError):
         AdminCommentWriter(runner=FlakyRunner(0)).write(job(), "JS1:a b")
+
+
+def test_writer_detects_a_lowercased_comment() -> None:
+    """Slurm 22.05's sacctmgr stores AdminComment lower-cased (measured on the test cluster)."""
+    comment = encode(build_summary(job(), nodes()))
+    runner = FlakyRunner(failures=0, stored=comment.lower())
+    with pytest.raises(AccountingError, match="lower-cased"):
+        AdminCommentWriter(runner=runner).write(job(), comment)
+
+
+def test_write_running_uses_scontrol_and_types_its_refusal() -> None:
+    runner = FlakyRunner(failures=0)
+    comment = encode(build_summary(job(), nodes()))
+    with pytest.raises(AccountingError, match="already finished"):
+        AdminCommentWriter(runner=runner).write_running(job(), comment)
+    assert runner.calls[0] == ["scontrol", "update", "jobid=101", f"AdminComment={comment}"]
+
+
+def test_cpus_only_with_cpu_time() -> None:
+    """reportseff raises KeyError on a node with cpus but no total_time (found on the cluster)."""
+    bare = node("gpu01", (gpu(0, [5.0], 1),))
+    no_host = NodeRecord(**{**{f: getattr(bare, f) for f in bare.__slots__}, "host": None})
+    entry = build_summary(job(), [no_host])["nodes"]["gpu01"]
+    assert "cpus" not in entry and "total_time" not in entry
+    parsed = reportseff_job._parse_admin_comment_to_dict(encode(build_summary(job(), [no_host])))
+    assert parsed is not None
+    reportseff_job._get_node_data(parsed, parsed["nodes"]["gpu01"])
