@@ -20,19 +20,43 @@ _Converter = Callable[[Any], Any]
 _CACHE: dict[type[Any], tuple[dict[str, _Converter], frozenset[str]]] = {}
 
 
+_FIELDS: dict[type[Any], tuple[tuple[str, Any], ...]] = {}
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def _fields_of(cls: type[Any]) -> tuple[tuple[str, Any], ...]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = tuple(
+            (f.name, f.default if f.default is not dataclasses.MISSING else _NO_DEFAULT)
+            for f in dataclasses.fields(cls)
+        )
+        _FIELDS[cls] = fields
+    return fields
+
+
+_NO_DEFAULT = object()
+
+
 def to_jsonable(obj: Any, *, omit_defaults: bool = False) -> Any:
     """Dataclasses become dicts, tuples become lists; with ``omit_defaults`` fields equal to
     their default are left out."""
+    if isinstance(obj, _SCALARS):
+        return obj
+    if isinstance(obj, tuple | list):
+        # Sealing a week-long record encodes thousands of numeric tuples: skip the recursion
+        # for flat ones.
+        if all(isinstance(v, _SCALARS) for v in obj):
+            return list(obj)
+        return [to_jsonable(v, omit_defaults=omit_defaults) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if omit_defaults and f.default is not dataclasses.MISSING and value == f.default:
+        for name, default in _fields_of(type(obj)):
+            value = getattr(obj, name)
+            if omit_defaults and default is not _NO_DEFAULT and value == default:
                 continue
-            out[f.name] = to_jsonable(value, omit_defaults=omit_defaults)
+            out[name] = to_jsonable(value, omit_defaults=omit_defaults)
         return out
-    if isinstance(obj, tuple | list):
-        return [to_jsonable(v, omit_defaults=omit_defaults) for v in obj]
     return obj
 
 
