@@ -53,13 +53,16 @@ test: deps venv cluster-up
 SHELL_SCRIPTS = $(shell git ls-files 2>/dev/null | while read -r f; do \
 	    [ -f "$$f" ] && head -n1 "$$f" | grep -Eq '^#!.*(/|env )(ba)?sh\b' && echo "$$f"; done)
 
+# Runs every checker, then fails if any of them failed.
 lint: venv
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	@if command -v shellcheck >/dev/null; then \
-	    echo "shellcheck $(SHELL_SCRIPTS)"; shellcheck $(SHELL_SCRIPTS); \
-	else echo "make: shellcheck is not installed (make deps); shell scripts not checked" >&2; fi
+	@status=0; \
+	$(VENV)/bin/ruff check . || status=1; \
+	$(VENV)/bin/ruff format --check . || status=1; \
+	$(VENV)/bin/mypy || status=1; \
+	if command -v shellcheck >/dev/null; then \
+	    echo "shellcheck $(SHELL_SCRIPTS)"; shellcheck $(SHELL_SCRIPTS) || status=1; \
+	else echo "make: shellcheck is not installed (make deps); shell scripts not checked" >&2; fi; \
+	exit $$status
 
 demo: deps venv cluster-up
 	$(VENV)/bin/slurm-gpu demo run
