@@ -1,0 +1,124 @@
+"""Benchmark of the weekly report: time and peak memory against the number of jobs in a week.
+
+For each size, a fresh store gets a synthetic week (and a previous week of half the size, so
+the comparison has data) from ``gen_week``; then a separate process builds the report and
+renders the HTML, and reports its wall time and its peak resident memory (``ru_maxrss``),
+so the numbers are the report's alone, not the generator's.
+
+    python benchmarks/bench_report.py --sizes 10000 100000 --sqlite-dir /tmp/bench \\
+        [--pg-url postgresql+psycopg://…]
+
+Prints one Markdown table row per (backend, size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gen_week
+
+WEEK_S = 7 * 86400.0
+
+_CHILD = r"""
+import json, resource, sys, time
+from slurm_gpu.report.aggregate import build_report
+from slurm_gpu.report.model import Period
+from slurm_gpu.report.render import render_html
+from slurm_gpu.store.store import Store
+url, since = sys.argv[1], float(sys.argv[2])
+t0 = time.perf_counter()
+with Store.open(url, migrate=False) as store:
+    report = build_report(store.engine, Period(since, since + 7 * 86400.0))
+t1 = time.perf_counter()
+html = render_html(report)
+t2 = time.perf_counter()
+print(json.dumps({
+    "aggregate_s": t1 - t0, "render_s": t2 - t1, "jobs": report.headline.jobs,
+    "html_bytes": len(html),
+    "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+}))
+"""
+
+
+#: The benchmark works in its own schema, so it never touches the tests' tables.
+PG_SCHEMA = "bench_report"
+
+
+def _reset_pg(url: str) -> str:
+    """Empty the benchmark's schema and return a URL whose search_path is that schema."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {PG_SCHEMA}")
+    engine.dispose()
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options=-csearch_path%3D{PG_SCHEMA}"
+
+
+def run_one(url: str, n_jobs: int) -> dict[str, float]:
+    since = gen_week.DEFAULT_SINCE_S
+    t0 = time.perf_counter()
+    gen_week.generate(url, n_jobs, since, seed=1)
+    gen_week.generate(url, n_jobs // 2, since - WEEK_S, seed=2, id_offset=n_jobs)
+    gen_s = time.perf_counter() - t0
+    if url.startswith("postgresql"):
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE")
+            conn.commit()
+        engine.dispose()
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, url, str(since)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(proc.stdout)
+    result["generate_s"] = gen_s
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    p.add_argument("--sqlite-dir", help="directory for the SQLite stores (skip SQLite if absent)")
+    p.add_argument("--pg-url", help=f"PostgreSQL URL (works in schema {PG_SCHEMA})")
+    args = p.parse_args(argv)
+    print(
+        "| backend | jobs in week | generate (s) | aggregate (s) | render (s) | total (s) "
+        "| peak RSS (MiB) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for n in args.sizes:
+        targets = []
+        if args.sqlite_dir:
+            path = Path(args.sqlite_dir) / f"week-{n}.db"
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(f"{path}{suffix}"):
+                    os.unlink(f"{path}{suffix}")
+            targets.append(("SQLite", f"sqlite:///{path}"))
+        if args.pg_url:
+            targets.append(("PostgreSQL", _reset_pg(args.pg_url)))
+        for name, url in targets:
+            r = run_one(url, n)
+            total = r["aggregate_s"] + r["render_s"]
+            print(
+                f"| {name} | {int(r['jobs']):,} | {r['generate_s']:.1f} | {r['aggregate_s']:.2f} "
+                f"| {r['render_s']:.2f} | {total:.2f} | {r['maxrss_mib']:.0f} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
