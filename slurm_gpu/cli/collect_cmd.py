@@ -8,17 +8,115 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from slurm_gpu.cli.common import settings_from
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import AccountingError, UsageError
+from slurm_gpu.errors import AccountingError, SlurmGpuError, UsageError
 from slurm_gpu.records import JobRecord, NodeRecord
 
+log = logging.getLogger("slurm_gpu.collector")
 
-def _analyse_hook(settings: Settings) -> tuple[Any, str | None]:
+
+@dataclass(frozen=True, slots=True)
+class _StorableFinding:
+    """An analysis finding with the recommendation it motivated (``Recommendation.to_dict()``),
+    in the shape the store keeps (``FindingLike`` plus ``recommendation``)."""
+
+    finding: Any
+    recommendation: dict[str, object] | None
+
+    @property
+    def code(self) -> Any:
+        return self.finding.code
+
+    @property
+    def severity(self) -> Any:
+        return self.finding.severity
+
+    @property
+    def cause(self) -> int | None:
+        cause: int | None = self.finding.cause
+        return cause
+
+    @property
+    def evidence(self) -> Any:
+        return self.finding.evidence
+
+    @property
+    def scope(self) -> Any:
+        return self.finding.scope
+
+    @property
+    def subject(self) -> str | None:
+        subject: str | None = self.finding.subject
+        return subject
+
+
+def storable_findings(analysis: Any) -> list[_StorableFinding]:
+    """Each recommendation goes with the finding that motivated it; one motivated by no
+    finding of this job goes with the first finding that has none (a job without findings
+    keeps no recommendation: there is nothing to fix)."""
+    recs: list[dict[str, object] | None] = [None] * len(analysis.findings)
+    for rec in analysis.recommendations:
+        slot = next(
+            (
+                i
+                for i, f in enumerate(analysis.findings)
+                if recs[i] is None and rec.finding is not None and f.code == rec.finding
+            ),
+            None,
+        )
+        if slot is None:
+            slot = next((i for i, r in enumerate(recs) if r is None), None)
+        if slot is not None:
+            recs[slot] = rec.to_dict()
+    return [_StorableFinding(f, r) for f, r in zip(analysis.findings, recs, strict=True)]
+
+
+class _HistoryPrefetch:
+    """The accounting source, plus: for each batch the collector asks about, the similar past
+    jobs (same user and job name) of the batch's jobs, read from the store in one query and
+    summarised for the analysis (``PastJob``). A store that cannot be read for history only
+    costs the recommendations their history."""
+
+    def __init__(self, inner: Any, store: Any, settings: Settings) -> None:
+        self.inner = inner
+        self.store = store
+        self.settings = settings
+        self.history: dict[tuple[str, str], list[Any]] = {}
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        jobs: dict[str, JobRecord] = self.inner.get_jobs(job_ids)
+        self.history = self._load({(j.user, j.job_name) for j in jobs.values()})
+        return jobs
+
+    def jobs_between(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.jobs_between(*args, **kwargs)
+
+    def _load(self, keys: set[tuple[str, str]]) -> dict[tuple[str, str], list[Any]]:
+        from slurm_gpu.analysis import PastJob
+        from slurm_gpu.analysis.metrics import job_metrics
+
+        out: dict[tuple[str, str], list[Any]] = {}
+        try:
+            past = self.store.similar_jobs(keys)
+        except SlurmGpuError as exc:
+            log.warning("history of %d job name(s) not read (%s)", len(keys), exc)
+            return out
+        for stored in past:
+            job = stored.job
+            metrics = job_metrics(job, stored.nodes, self.settings.analysis)
+            out.setdefault((job.user, job.job_name), []).append(PastJob.from_metrics(job, metrics))
+        return out
+
+
+def _analyse_hook(
+    settings: Settings, history: _HistoryPrefetch | None = None
+) -> tuple[Any, str | None]:
     """The analysis as the collector's hook, or (None, None) where it is not installed."""
     try:
         from slurm_gpu.analysis.engine import ANALYSIS_VERSION, analyze
@@ -27,7 +125,8 @@ def _analyse_hook(settings: Settings) -> tuple[Any, str | None]:
     cfg = settings.analysis
 
     def analyse(job: JobRecord, nodes: Sequence[NodeRecord]) -> Any:
-        return analyze(job, nodes, cfg).findings
+        past = history.history.get((job.user, job.job_name), ()) if history else ()
+        return storable_findings(analyze(job, nodes, cfg, history=past))
 
     return analyse, ANALYSIS_VERSION
 
@@ -42,7 +141,6 @@ def _one_pass(settings: Settings, job_id: str | None, missing: bool) -> Any:
     if not lock.acquire():
         return None
     try:
-        analyse, version = _analyse_hook(settings)
         c = settings.collector
         options = CollectorOptions(
             batch_size=settings.accounting.batch_size,
@@ -51,12 +149,14 @@ def _one_pass(settings: Settings, job_id: str | None, missing: bool) -> Any:
             missing_lookback_s=c.missing_lookback_s,
             missing_grace_s=c.missing_grace_s,
             done_retention_s=c.done_retention_s,
-            analysis_version=version,
         )
         with open_store(settings) as store:
+            accounting = _HistoryPrefetch(open_accounting(settings), store, settings)
+            analyse, version = _analyse_hook(settings, accounting)
+            options = dataclasses.replace(options, analysis_version=version)
             return Collector(
                 store=store,
-                accounting=open_accounting(settings),
+                accounting=accounting,
                 spool_dir=settings.paths.spool_dir,
                 state_dir=settings.paths.state_dir,
                 options=options,

@@ -26,6 +26,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    tuple_,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -711,6 +712,36 @@ class Store:
         """Jobs that ended in ``[start_s, end_s)``, oldest end first."""
         cond = (schema.jobs.c.end_s >= start_s) & (schema.jobs.c.end_s < end_s)
         return self._load(cond, timelines=timelines)
+
+    def similar_jobs(
+        self, keys: Iterable[tuple[str, str]], *, per_key: int = 20
+    ) -> list[StoredJob]:
+        """The newest ``per_key`` stored jobs of each (user, job name) in ``keys``, newest
+        first, in one query per chunk of keys (the collector asks once per batch, for the
+        history the recommendations draw on)."""
+        pairs = sorted(set(keys))
+        if not pairs:
+            return []
+        j = schema.jobs
+        out: list[StoredJob] = []
+        for chunk in _chunks(pairs, _CHUNK // 2):
+            rank = (
+                func.row_number()
+                .over(
+                    partition_by=(j.c.user, j.c.job_name),
+                    order_by=(j.c.end_s.desc(), j.c.job_id.desc()),
+                )
+                .label("rank")
+            )
+            ranked = (
+                select(j.c.job_id, rank)
+                .where(tuple_(j.c.user, j.c.job_name).in_(list(chunk)))
+                .subquery()
+            )
+            ids = select(ranked.c.job_id).where(ranked.c.rank <= per_key)
+            out += self._load(j.c.job_id.in_(ids), timelines=False)
+        out.sort(key=lambda s: (s.job.end_s or 0.0, s.job.job_id), reverse=True)
+        return out
 
     def job_ids(self) -> list[str]:
         """Every stored job id (for tests and maintenance), sorted."""
