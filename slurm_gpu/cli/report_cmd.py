@@ -49,7 +49,8 @@ def _write(path: str, text: str) -> None:
 def send_report_mail(settings: Settings, subject: str, text: str, html: str) -> None:
     """Mail the report to ``report.admin_emails`` (HTML part plus a text summary).
 
-    The transport is the project's mailer (``slurm_gpu.notify``), configured by ``[mail]``.
+    The transport is the project's mailer (``slurm_gpu.notify.transport``: SMTP or sendmail,
+    configured by ``[mail]``).
     Raises ``MailError`` when there is no recipient or the message cannot be handed over.
     """
     recipients = list(settings.report.admin_emails)
@@ -58,17 +59,19 @@ def send_report_mail(settings: Settings, subject: str, text: str, html: str) -> 
             "no recipient for the weekly report",
             hint="set report.admin_emails in the configuration",
         )
-    # ---- call site of the mail transport -----------------------------------------------
-    # slurm_gpu.notify owns SMTP/sendmail delivery, header encoding and the [mail] settings;
-    # this command only builds the content.
-    try:
-        from slurm_gpu.notify import send_admin_report  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise MailError(
-            f"the mail transport is not available ({exc})",
-            hint="write the report to a file with --out and mail it yourself",
-        ) from None
-    send_admin_report(settings, recipients, subject, text, html)
+    from slurm_gpu.notify.transport import open_mailer
+    from slurm_gpu.report.mailout import build_message
+
+    msg = build_message(
+        subject=subject,
+        sender=settings.mail.from_address,
+        recipients=recipients,
+        text=text,
+        html=html,
+        now_s=time.time(),
+    )
+    # The envelope recipients are passed explicitly, never read from the headers.
+    open_mailer(settings.mail).send(msg, recipients)
 
 
 @click.group()

@@ -191,3 +191,49 @@ def test_cli_unmigrated_store_is_a_store_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["--config", cfg, "report", "weekly"])
     assert res.exit_code == 6, res.output
     assert "slurm-gpu store migrate" in res.output
+
+
+def test_cli_mails_text_and_html_to_the_admins(hand_store: str, tmp_path: Path) -> None:
+    from email import message_from_bytes, policy
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Sink
+
+    class Keep(Sink):
+        def __init__(self) -> None:
+            self.envelopes: list[tuple[list[str], bytes]] = []
+
+        async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
+            self.envelopes.append((list(envelope.rcpt_tos), envelope.original_content))  # type: ignore[attr-defined]
+            return "250 OK"
+
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    handler = Keep()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        extra = (
+            'admin_emails = ["a@example.org", "b@example.org"]\n'
+            f'[mail]\ntransport = "smtp"\nsmtp_host = "127.0.0.1"\nsmtp_port = {port}\n'
+            'from_address = "gpu-report@example.org"\n'
+        )
+        cfg = _config(tmp_path, hand_store, extra)
+        res = CliRunner().invoke(
+            cli, ["--config", cfg, "report", "weekly", "--since", "2026-11-16", "--mail"]
+        )
+        assert res.exit_code == 0, res.output
+    finally:
+        controller.stop()
+    assert len(handler.envelopes) == 1
+    rcpts, raw = handler.envelopes[0]
+    assert rcpts == ["a@example.org", "b@example.org"]
+    msg = message_from_bytes(raw, policy=policy.default)
+    assert msg["Subject"] == "[T] GPU usage report, week of 2026-11-16"
+    text = msg.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    html = msg.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "Wasted GPU-hours by cause" in text
+    assert html.startswith("<!DOCTYPE html>") and "&lt;script&gt;" in html
