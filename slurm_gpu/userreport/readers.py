@@ -6,12 +6,39 @@ Composition helpers for the CLI. Each import happens inside the function that ne
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from slurm_gpu.config import Settings
 from slurm_gpu.records import JobRecord
 from slurm_gpu.userreport import adapter
 from slurm_gpu.userreport.model import Telemetry
+
+
+def reader_url(url: str) -> str:
+    """The store URL for a reader that may not write where the store lives.
+
+    A WAL-mode SQLite file cannot be opened, not even with ``mode=ro``, by a user who cannot
+    create its ``-shm`` file next to it, which is every ordinary user of ``gpueff``. Such a
+    reader opens the file ``immutable``: no locks and no ``-shm``. The price: a read racing a
+    collector's commit can fail ("database disk image is malformed"; gpueff exits 6, and
+    running it again works) or miss that commit. Other URLs are returned unchanged.
+    """
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    path = url[len(prefix) :]
+    if not path or path.startswith("file:") or path == ":memory:" or "?" in path:
+        return url
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    eff = os.access in os.supports_effective_ids
+
+    def writable(p: str) -> bool:
+        return os.access(p, os.W_OK, effective_ids=eff)
+
+    if writable(directory) and (not os.path.exists(path) or writable(path)):
+        return url
+    return f"{prefix}file:{path}?mode=ro&immutable=1&uri=true"
 
 
 def make_accounting(settings: Settings) -> Any:
@@ -40,7 +67,7 @@ class StoreAndSpoolReader:
             from slurm_gpu.store import Store
 
             # Readers never migrate: a store behind this release is the admin's to upgrade.
-            self._store = Store.open(self._settings.store_url, migrate=False)
+            self._store = Store.open(reader_url(self._settings.store_url), migrate=False)
         return self._store
 
     def final(self, job: JobRecord) -> Telemetry | None:

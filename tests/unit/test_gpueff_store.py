@@ -126,3 +126,23 @@ def test_running_job_on_a_host_without_live_file(tmp_path: Path) -> None:
     job = F.job(state="RUNNING", end_s=None, exit_code=None)
     report = report_for(job, StoreAndSpoolReader(_settings(tmp_path)), min_elapsed_s=30)
     assert report.telemetry.value == "no_telemetry" and report.gpus == ()
+
+
+def test_reader_url_for_users_who_cannot_write_the_store_dir(tmp_path: Path) -> None:
+    from slurm_gpu.userreport.readers import reader_url
+
+    writable = f"sqlite:///{tmp_path}/s.db"
+    assert reader_url(writable) == writable
+    assert reader_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
+    if os.geteuid() != 0:  # root may write anywhere
+        return
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "s.db").write_bytes(b"")
+    os.seteuid(65534)
+    try:
+        url = reader_url(f"sqlite:///{locked}/s.db")
+    finally:
+        os.seteuid(0)
+    locked.chmod(0o755)
+    assert url.endswith("?mode=ro&immutable=1&uri=true")
