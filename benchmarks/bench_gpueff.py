@@ -76,14 +76,16 @@ def main() -> int:
         s_times.append(_timed(s_argv, args.user)[0])
         v_times.append(_timed([*gpueff, "--version"], args.user)[0])
     print(f"job {args.job}, {args.runs} runs each, alternating; wall seconds min / median / max")
-    print(f"| command | wall s (min / median / max) |")
-    print(f"|---|---|")
+    print("| command | wall s (min / median / max) |")
+    print("|---|---|")
     print(f"| `gpueff JOBID` | {_stats(g_times)} |")
     print(f"| `seff JOBID` | {_stats(s_times)} |")
     print(f"| `gpueff --version` (startup floor) | {_stats(v_times)} |")
     ratio = statistics.median(g_times) / statistics.median(s_times)
     print(f"median ratio gpueff/seff: {ratio:.2f}")
-    print(f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}")
+    print(
+        f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}"
+    )
     return 0
 
 
