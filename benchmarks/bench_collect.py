@@ -55,24 +55,16 @@ INTERVAL_S = 10.0
 
 def newest_gpu_job() -> str:
     out = subprocess.run(
-        [
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            "-a",
-            "-S",
-            "now-7days",
-            "-s",
-            "CD",
-            "-o",
-            "JobIDRaw,AllocTRES",
-        ],
+        ["sacct", "-X", "-n", "-P", "-a", "-S", "now-7days", "-o", "JobIDRaw,State,AllocTRES"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    ids = [line.split("|")[0] for line in out.splitlines() if "gres/gpu" in line]
+    ids = [
+        f[0]
+        for f in (line.split("|") for line in out.splitlines())
+        if len(f) == 3 and f[1] == "COMPLETED" and "gres/gpu" in f[2]
+    ]
     if not ids:
         raise SystemExit("no finished GPU job in accounting; run one on the test cluster first")
     return ids[-1]
@@ -246,7 +238,8 @@ def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -
         report = collector.run_once(missing_pass=False)
         elapsed = time.perf_counter() - t
     if len(report.ingested) != n_jobs:
-        raise SystemExit(f"ingested {len(report.ingested)} of {n_jobs}: {report}")
+        first_error = report.errors[0] if report.errors else "no error reported"
+        raise SystemExit(f"ingested {len(report.ingested)} of {n_jobs}: {first_error}")
     db = state_dir / "store.db"
     con = sqlite3.connect(db)
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -21,6 +21,7 @@ import struct
 import zlib
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.records import Distribution, TimelinePoint
@@ -78,14 +79,31 @@ def decode_distribution(blob: bytes) -> Distribution:
 # --------------------------------------------------------------------------- timelines
 
 
-def _q(value: float | None, scale: float, none: int, top: int) -> int:
-    if value is None:
-        return none
-    return max(0, min(top, round(value * scale)))
-
-
 def _uq(raw: int, scale: float, none: int) -> float | None:
     return None if raw == none else raw / scale
+
+
+def _column(points: Sequence[TimelinePoint], attr: str, gpu_count: int) -> list[tuple[Any, ...]]:
+    """Per-GPU columns of a per-GPU tuple attribute, padded with ``None``."""
+    rows = [getattr(p, attr) for p in points]
+    padded = [
+        r if len(r) == gpu_count else (tuple(r) + (None,) * gpu_count)[:gpu_count] for r in rows
+    ]
+    return list(zip(*padded, strict=True)) if padded else [() for _ in range(gpu_count)]
+
+
+def _q_col(values: Sequence[float | None], scale: float, none: int, top: int) -> list[int]:
+    # Inlined quantisation: this loop runs for every point of every GPU of every job.
+    return [
+        none if v is None else (0 if v <= 0 else top if v * scale >= top else int(v * scale + 0.5))
+        for v in values
+    ]
+
+
+def _mib_col(values: Sequence[int | float | None]) -> list[int]:
+    # Round up: a peak must never be under-reported.
+    top = _U32_NONE - 1
+    return [_U32_NONE if v is None else min(top, -(-int(v) // _MIB)) for v in values]
 
 
 def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
@@ -96,44 +114,21 @@ def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     """
     n = len(points)
     t0 = points[0].t_s if points else 0.0
-    t_ms = array("q", (round((p.t_s - t0) * 1000) for p in points))
-    width_ms = array("I", (max(0, min(_U32_NONE, round(p.width_s * 1000))) for p in points))
-    samples = array("I", (max(0, p.samples) for p in points))
-    cpu = array("I", (_q(p.host_cpu_cores, 100, _U32_NONE, _U32_NONE - 1) for p in points))
-    rss = array(
-        "I",
-        (
-            _U32_NONE
-            if p.host_rss_max_bytes is None
-            else min(_U32_NONE - 1, -(-p.host_rss_max_bytes // _MIB))
-            for p in points
-        ),
-    )
+    top = _U32_NONE - 1
+    t_ms = array("q", [round((p.t_s - t0) * 1000) for p in points])
+    width_ms = array("I", _q_col([p.width_s for p in points], 1000, _U32_NONE, top))
+    samples = array("I", [max(0, p.samples) for p in points])
+    cpu = array("I", _q_col([p.host_cpu_cores for p in points], 100, _U32_NONE, top))
+    rss = array("I", _mib_col([p.host_rss_max_bytes for p in points]))
     parts = [struct.pack("<IId", n, gpu_count, t0), _le(t_ms), _le(width_ms), _le(samples)]
     parts += [_le(cpu), _le(rss)]
+    utils = _column(points, "gpu_utilization_pct", gpu_count)
+    mems = _column(points, "gpu_memory_used_max_bytes", gpu_count)
+    powers = _column(points, "gpu_power_w", gpu_count)
     for g in range(gpu_count):
-
-        def col(p: TimelinePoint, tup: str, g: int = g) -> float | int | None:
-            values: tuple[float | int | None, ...] = getattr(p, tup)
-            return values[g] if g < len(values) else None
-
-        util = array(
-            "H", (_q(col(p, "gpu_utilization_pct"), 100, _U16_NONE, 10000) for p in points)
-        )
-        mem = array(
-            "I",
-            (
-                _U32_NONE
-                if (m := col(p, "gpu_memory_used_max_bytes")) is None
-                # Round up: a peak must never be under-reported.
-                else min(_U32_NONE - 1, -(-int(m) // _MIB))
-                for p in points
-            ),
-        )
-        power = array(
-            "I", (_q(col(p, "gpu_power_w"), 10, _U32_NONE, _U32_NONE - 1) for p in points)
-        )
-        parts += [_le(util), _le(mem), _le(power)]
+        parts.append(_le(array("H", _q_col(utils[g], 100, _U16_NONE, 10000))))
+        parts.append(_le(array("I", _mib_col(mems[g]))))
+        parts.append(_le(array("I", _q_col(powers[g], 10, _U32_NONE, top))))
     return bytes([_VERSION]) + zlib.compress(b"".join(parts), 6)
 
 

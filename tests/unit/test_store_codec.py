@@ -1,0 +1,51 @@
+"""The packed histogram and timeline encodings: round trips at the stated precision."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.records import Distribution, TimelinePoint
+from slurm_gpu.store import codec
+
+MIB = 2**20
+
+
+def test_distribution_round_trips_exactly() -> None:
+    d = Distribution(counts=tuple(range(101)), total=12345.678)
+    assert codec.decode_distribution(codec.encode_distribution(d)) == d
+    empty = Distribution(counts=(0,) * 101, total=0.0)
+    assert codec.decode_distribution(codec.encode_distribution(empty)) == empty
+
+
+def test_timeline_round_trips_at_the_quantised_precision() -> None:
+    points = (
+        TimelinePoint(
+            1.7e9, 10.0, 3, (12.345, None), (5 * MIB + 1, None), (250.04, None), 3.257, 7 * MIB
+        ),
+        TimelinePoint(1.7e9 + 10, 10.0, 3, (100.0, 0.0), (None, 0), (None, 0.0), None, None),
+        # A short per-GPU tuple is padded with "not reported"; out-of-range values clamp.
+        TimelinePoint(1.7e9 + 20.5, 9.5, 2, (150.0,), (MIB,), (-3.0,), 0.0, 0),
+    )
+    got = codec.decode_timeline(codec.encode_timeline(points, 2))
+    assert [p.t_s for p in got] == [1.7e9, 1.7e9 + 10, 1.7e9 + 20.5]
+    assert [p.width_s for p in got] == [10.0, 10.0, 9.5]
+    assert [p.samples for p in got] == [3, 3, 2]
+    assert [p.gpu_utilization_pct for p in got] == [(12.35, None), (100.0, 0.0), (100.0, None)]
+    # Memory peaks round up to the next MiB: never under-reported.
+    assert [p.gpu_memory_used_max_bytes for p in got] == [(6 * MIB, None), (None, 0), (MIB, None)]
+    assert [p.gpu_power_w for p in got] == [(250.0, None), (None, 0.0), (0.0, None)]
+    assert [p.host_cpu_cores for p in got] == [3.26, None, 0.0]
+    assert [p.host_rss_max_bytes for p in got] == [7 * MIB, None, 0]
+
+
+def test_empty_timeline() -> None:
+    assert codec.decode_timeline(codec.encode_timeline((), 4)) == ()
+
+
+def test_unknown_format_version_is_a_store_error() -> None:
+    blob = codec.encode_distribution(Distribution(counts=(1,), total=1.0))
+    with pytest.raises(StoreError, match="unknown format version 9"):
+        codec.decode_distribution(b"\x09" + blob[1:])
+    with pytest.raises(StoreError):
+        codec.decode_timeline(b"")
