@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,18 +36,55 @@ class Submitted:
     job_id: str
 
 
+#: Submission order: with four GPUs, first-in-first-out scheduling then runs the eleven GPUs of
+#: the demo in three full rounds (2+2, 2+1+1, 1+1+1).
+DEMO_ORDER = (
+    "healthy",
+    "idle-gpu",
+    "imbalance",
+    "dataloader",
+    "small-batch",
+    "near-oom",
+    "overtime",
+    "idle-tail",
+)
+
+#: Patterns submitted with ``--mail-type=END``: their owner gets the e-mail after the job.
+MAILED = ("idle-gpu", "dataloader", "small-batch", "near-oom")
+
+
+def demo_order(patterns: Sequence[str]) -> list[str]:
+    """``patterns`` in submission order (unknown names last, as given)."""
+    rank = {p: i for i, p in enumerate(DEMO_ORDER)}
+    return sorted(patterns, key=lambda p: rank.get(p, len(rank)))
+
+
+def mail_program(runner: Runner = run_command) -> str | None:
+    """Slurm's configured ``MailProg`` (from ``scontrol show config``), ``None`` if unknown."""
+    result = runner(["scontrol", "show", "config"])
+    if result.returncode != 0:
+        return None
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MailProg":
+            return value.strip() or None
+    return None
+
+
 def submit_all(
     scripts: Sequence[Path],
     *,
     user: str | None,
     python: str,
     config_path: str | None,
+    extra_args: Mapping[str, Sequence[str]] | None = None,
     runner: Runner = run_command,
 ) -> list[Submitted]:
     """Submit each script with ``sbatch`` (as ``user`` through ``runuser`` when given).
 
     The job gets ``SLURM_GPU_PYTHON`` (the interpreter with slurm_gpu installed) and
     ``SLURM_GPU_CONFIG``; its output goes to ``/tmp/slurm-gpu-demo-<user>-<jobid>.out``.
+    ``extra_args`` adds sbatch options per pattern (``--mail-type=END``).
     Raises ``UsageError`` with sbatch's message when a submission is refused.
     """
     export = f"ALL,SLURM_GPU_PYTHON={python}"
@@ -61,6 +98,7 @@ def submit_all(
             "--chdir=/tmp",
             "--output=/tmp/slurm-gpu-demo-%u-%j.out",
             f"--export={export}",
+            *(extra_args or {}).get(script.name.removesuffix(".sbatch"), ()),
             str(script),
         ]
         if user:
