@@ -17,6 +17,7 @@ PYTHON ?= python3
 VENV ?= .venv
 EXTRAS ?= test,dev,postgresql
 PYTEST_ARGS ?=
+TC_ROOT ?= /var/lib/slurm-gpu-testcluster
 # Everything that installs packages or starts daemons needs root; use sudo when not root.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
@@ -65,7 +66,7 @@ lint: venv
 	exit $$status
 
 demo: deps venv cluster-up
-	$(VENV)/bin/slurm-gpu demo run
+	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run
 
 bench: deps venv cluster-up
 	@if [ -x benchmarks/run ]; then benchmarks/run; \
