@@ -20,7 +20,6 @@ from typing import Any, Protocol
 from sqlalchemy import (
     Connection,
     Engine,
-    Row,
     create_engine,
     delete,
     event,
@@ -34,14 +33,14 @@ from sqlalchemy.pool import NullPool
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.records import (
-    GpuInfo,
     GpuSummary,
-    HostSummary,
     JobRecord,
     NodeRecord,
     Tres,
 )
-from slurm_gpu.store import codec, migrations, schema
+from slurm_gpu.store import codec, migrations, rows, schema
+from slurm_gpu.store.rows import StoredFinding as StoredFinding
+from slurm_gpu.store.rows import StoredJob as StoredJob
 from slurm_gpu.store.schema import (
     TELEMETRY_STATES,
 )
@@ -72,23 +71,6 @@ class FindingLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredFinding:
-    """A finding as stored: evidence and recommendation are decoded JSON."""
-
-    code: str
-    severity: str
-    cause: int | None
-    """Which of the seven causes (1–7); ``None`` when the finding is not one of them."""
-    evidence: Mapping[str, Any]
-    recommendation: Mapping[str, Any] | None
-    analysis_version: str
-    scope: str | None = None
-    """``job``, ``node`` or ``gpu``; ``None`` when the analysis did not say."""
-    subject: str | None = None
-    """Host name or GPU UUID the finding is about, for node and GPU scope."""
-
-
-@dataclass(frozen=True, slots=True)
 class JobBundle:
     """Everything the collector hands the store for one job."""
 
@@ -100,32 +82,6 @@ class JobBundle:
     findings: tuple[FindingLike, ...] = ()
     analysis_version: str | None = None
     """Version of the analysis that produced ``findings``; ``None`` when none ran."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredJob:
-    """One stored job: its accounting, its node records, its findings.
-
-    ``nodes`` are rebuilt exactly as ingested (timelines only when asked for, and then at the
-    store's quantised precision), so the analysis can be re-run from the store.
-    """
-
-    job: JobRecord
-    telemetry: str
-    telemetry_source: str | None
-    interval_s: float | None
-    missing_hosts: tuple[str, ...]
-    nodes: tuple[NodeRecord, ...]
-    findings: tuple[StoredFinding, ...]
-    analysis_version: str | None
-    gpu_hours: float | None
-    """Allocated GPUs times elapsed hours; ``None`` without GPUs."""
-    collected_at_s: float
-
-    @property
-    def gpus(self) -> tuple[tuple[str, GpuSummary], ...]:
-        """Every GPU of the job as (host, summary), in node and device order."""
-        return tuple((n.hostname, g) for n in self.nodes for g in n.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,18 +131,6 @@ def _tres_dict(tres: Tres) -> dict[str, Any]:
         "billing": tres.billing,
         "raw": tres.raw,
     }
-
-
-def _tres_from(d: Mapping[str, Any]) -> Tres:
-    return Tres(
-        cpus=d["cpus"],
-        mem_bytes=d["mem_bytes"],
-        nodes=d["nodes"],
-        gpus=d["gpus"],
-        gpu_types=tuple((str(n), int(c)) for n, c in d["gpu_types"]),
-        billing=d["billing"],
-        raw=d["raw"],
-    )
 
 
 def _json_default(obj: Any) -> Any:
@@ -377,121 +321,6 @@ def _finding_rows(b: JobBundle) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",")) if text else ()
-
-
-def _split(text: str) -> tuple[str, ...]:
-    return tuple(text.split(",")) if text else ()
-
-
-def _gpu_from(r: Row[Any]) -> GpuSummary:
-    cc = r.compute_capability
-    info = GpuInfo(
-        uuid=r.uuid,
-        index=r.gpu_index,
-        minor_number=r.minor_number,
-        name=r.model,
-        memory_total_bytes=r.memory_total_bytes,
-        power_limit_w=r.power_limit_w,
-        parent_uuid=r.parent_uuid,
-        mig_profile=r.mig_profile,
-        pci_bus_id=r.pci_bus_id,
-        compute_capability=tuple(int(x) for x in cc.split(".")) if cc else None,  # type: ignore[arg-type]
-    )
-    return GpuSummary(
-        info=info,
-        samples=r.samples,
-        samples_available=r.samples_available,
-        first_time_s=r.first_time_s,
-        last_time_s=r.last_time_s,
-        utilization=codec.decode_distribution(r.util_hist),
-        sub_samples=codec.decode_distribution(r.sub_util_hist),
-        idle_samples=r.idle_samples,
-        active_first_time_s=r.active_first_time_s,
-        active_last_time_s=r.active_last_time_s,
-        memory_used_max_bytes=r.memory_used_max_bytes,
-        memory_used_mean_bytes=r.memory_used_mean_bytes,
-        power_mean_w=r.power_mean_w,
-        power_max_w=r.power_max_w,
-        energy_j=r.energy_j,
-        sm_clock_mean_mhz=r.sm_clock_mean_mhz,
-        temperature_max_c=r.temperature_max_c,
-        throttle_power_s=r.throttle_power_s,
-        throttle_thermal_s=r.throttle_thermal_s,
-        pcie_tx_mean_bytes_per_s=r.pcie_tx_mean_bytes_per_s,
-        pcie_rx_mean_bytes_per_s=r.pcie_rx_mean_bytes_per_s,
-        nvlink_bytes=r.nvlink_bytes,
-        nvlink_bytes_while_idle=r.nvlink_bytes_while_idle,
-        ecc_corrected=r.ecc_corrected,
-        ecc_uncorrected=r.ecc_uncorrected,
-        xid_events=_ints(r.xid_events),
-        process_seen=bool(r.process_seen),
-        max_processes=r.max_processes,
-        pids=_ints(r.pids),
-        sm_active_mean_pct=r.sm_active_mean_pct,
-        tensor_active_mean_pct=r.tensor_active_mean_pct,
-    )
-
-
-def _host_summary_from(r: Row[Any]) -> HostSummary | None:
-    if not r.has_host_summary:
-        return None
-    return HostSummary(
-        method=r.method,
-        samples=r.samples,
-        cpu_time_s=r.cpu_time_s,
-        cpu_cores_busy=codec.decode_distribution(r.cpu_busy_hist),
-        allocated_cores=r.allocated_cores,
-        rss_max_bytes=r.rss_max_bytes,
-        rss_mean_bytes=r.rss_mean_bytes,
-        io_read_bytes=r.io_read_bytes,
-        io_write_bytes=r.io_write_bytes,
-    )
-
-
-def _job_from(r: Row[Any]) -> JobRecord:
-    tres = json.loads(r.tres_json)
-    return JobRecord(
-        job_id=r.job_id,
-        job_id_display=r.job_id_display,
-        array_job_id=r.array_job_id,
-        array_task_id=r.array_task_id,
-        het_job_id=r.het_job_id,
-        het_job_offset=r.het_job_offset,
-        user=r.user,
-        uid=r.uid,
-        account=r.account,
-        partition=r.partition,
-        qos=r.qos,
-        job_name=r.job_name,
-        work_dir=r.work_dir,
-        nodelist=_split(r.nodelist),
-        state=r.state,
-        cancelled_by_uid=r.cancelled_by_uid,
-        exit_code=r.exit_code,
-        exit_signal=r.exit_signal,
-        derived_exit_code=r.derived_exit_code,
-        alloc_tres=_tres_from(tres["alloc"]),
-        req_tres=_tres_from(tres["req"]),
-        alloc_cpus=r.alloc_cpus,
-        req_mem_bytes=r.req_mem_bytes,
-        max_rss_bytes=r.max_rss_bytes,
-        total_cpu_s=r.total_cpu_s,
-        elapsed_s=r.elapsed_s,
-        time_limit_s=r.time_limit_s,
-        submit_s=r.submit_s,
-        start_s=r.start_s,
-        end_s=r.end_s,
-        restarts=r.restarts,
-        comment=r.comment,
-        admin_comment=r.admin_comment,
-        mail_user=r.mail_user,
-        mail_type=r.mail_type,
-        gres_gpu_detail=r.gres_gpu_detail,
-    )
 
 
 # --------------------------------------------------------------------------- engine
@@ -756,14 +585,14 @@ class Store:
                 job_rows = conn.execute(select(j).where(cond).order_by(j.c.end_s, j.c.job_id)).all()
                 if not job_rows:
                     return []
-                hosts = _group(
+                hosts = rows.group_by_job(
                     conn.execute(
                         select(schema.job_hosts)
                         .where(schema.job_hosts.c.job_id.in_(ids_sel))
                         .order_by(schema.job_hosts.c.job_id, schema.job_hosts.c.host)
                     ).all()
                 )
-                gpus = _group(
+                gpus = rows.group_by_job(
                     conn.execute(
                         select(schema.job_gpus)
                         .where(schema.job_gpus.c.job_id.in_(ids_sel))
@@ -774,7 +603,7 @@ class Store:
                         )
                     ).all()
                 )
-                findings = _group(
+                findings = rows.group_by_job(
                     conn.execute(
                         select(schema.findings)
                         .where(schema.findings.c.job_id.in_(ids_sel))
@@ -782,7 +611,7 @@ class Store:
                     ).all()
                 )
                 tls = (
-                    _group(
+                    rows.group_by_job(
                         conn.execute(
                             select(schema.timelines).where(schema.timelines.c.job_id.in_(ids_sel))
                         ).all()
@@ -793,7 +622,7 @@ class Store:
         except SQLAlchemyError as exc:
             raise _store_error(self.url, exc) from None
         return [
-            _stored_job(
+            rows.stored_job(
                 r,
                 hosts.get(r.job_id, []),
                 gpus.get(r.job_id, []),
@@ -857,68 +686,6 @@ class Store:
             size = conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
             return int(size) if size is not None else None
         return None
-
-
-def _group(rows: Sequence[Row[Any]]) -> dict[str, list[Row[Any]]]:
-    out: dict[str, list[Row[Any]]] = {}
-    for r in rows:
-        out.setdefault(r.job_id, []).append(r)
-    return out
-
-
-def _stored_job(
-    r: Row[Any],
-    host_rows: list[Row[Any]],
-    gpu_rows: list[Row[Any]],
-    finding_rows: list[Row[Any]],
-    tl_rows: list[Row[Any]],
-) -> StoredJob:
-    gpus_by_host: dict[str, list[GpuSummary]] = {}
-    for g in gpu_rows:
-        gpus_by_host.setdefault(g.host, []).append(_gpu_from(g))
-    tl_by_host = {t.host: codec.decode_timeline(t.data) for t in tl_rows}
-    nodes = tuple(
-        NodeRecord(
-            job_id=r.job_id,
-            hostname=h.host,
-            uid=h.uid,
-            interval_s=h.interval_s,
-            source=h.source,
-            started_s=h.started_s,
-            ended_s=h.ended_s,
-            gpus=tuple(gpus_by_host.get(h.host, [])),
-            host=_host_summary_from(h),
-            timeline=tl_by_host.get(h.host, ()),
-            complete=bool(h.complete),
-            notes=tuple(h.notes.split("\n")) if h.notes else (),
-        )
-        for h in host_rows
-    )
-    findings = tuple(
-        StoredFinding(
-            code=f.code,
-            severity=f.severity,
-            cause=f.cause,
-            evidence=json.loads(f.evidence),
-            recommendation=None if f.recommendation is None else json.loads(f.recommendation),
-            analysis_version=f.analysis_version,
-            scope=f.scope,
-            subject=f.subject,
-        )
-        for f in finding_rows
-    )
-    return StoredJob(
-        job=_job_from(r),
-        telemetry=r.telemetry,
-        telemetry_source=r.telemetry_source,
-        interval_s=r.interval_s,
-        missing_hosts=_split(r.missing_hosts),
-        nodes=nodes,
-        findings=findings,
-        analysis_version=r.analysis_version,
-        gpu_hours=r.gpu_hours,
-        collected_at_s=r.collected_at_s,
-    )
 
 
 def _store_error(url: str, exc: SQLAlchemyError) -> StoreError:
