@@ -92,21 +92,23 @@ def test_test_users_can_run_the_project_interpreter(job_dir: Path) -> None:
 
 def test_prolog_and_epilog_run_for_a_gpu_job(job_dir: Path) -> None:
     hooks = slurmtools.tc_root() / "hooks"
-    prolog = (hooks / "slurm-gpu-prolog").read_text()
-    assert "@PYTHON@" not in prolog and "@CONFIG@" not in prolog
+    for name in ("slurm-gpu-prolog", "slurm-gpu-epilog"):
+        text = (hooks / name).read_text()
+        assert "@PYTHON@" not in text and "@CONFIG@" not in text
+        assert str(slurmtools.slurm_gpu_config_path()) in text
     job_id = slurmtools.submit(
         "#!/bin/bash\nsleep 3\n", args=("--gres=gpu:1", f"--output={job_dir}/%j")
     )
     assert slurmtools.wait_done(job_id) == "COMPLETED"
-    if "Stand-in" in prolog:
-        log = (slurmtools.tc_root() / "log" / "hooks.log").read_text()
-        assert f"stand-in prolog job={job_id} " in log
-        assert f"stand-in epilog job={job_id} " in log
-    else:
-        # The prolog creates the job's spool directory and the epilog seals a record in it.
-        spool = slurmtools.tc_root() / "spool" / job_id
-        assert spool.is_dir()
-        assert list(spool.glob("*.record")), sorted(p.name for p in spool.iterdir())
+    log = (slurmtools.tc_root() / "log" / "hooks.log").read_text().splitlines()
+    for hook in ("prolog", "epilog"):
+        lines = [line for line in log if f" job={job_id} {hook}:" in line]
+        assert lines, f"no {hook} line for job {job_id} in hooks.log"
+        assert not any("failed" in line for line in lines), lines
+    # The prolog creates the job's spool directory and the epilog seals a record in it.
+    spool = slurmtools.tc_root() / "spool" / job_id
+    assert spool.is_dir()
+    assert list(spool.glob("*.record")), sorted(p.name for p in spool.iterdir())
     _node_usable()
 
 
