@@ -138,7 +138,8 @@ def run(
     as_root = os.geteuid() == 0
     run_as = user if as_root else None
     owner = user if as_root else _me()
-    recipient = f"{owner}@localhost"
+    # A bare user name, as Slurm's default --mail-user; [mail] recipient_domain completes it.
+    recipient = owner
     mail_args = ["--mail-type=END", f"--mail-user={recipient}"]
     jobs = submit_all(
         scripts,
