@@ -1,10 +1,10 @@
 """The store: jobs, per-GPU and per-host summaries, timelines and findings (SQLAlchemy Core).
 
-SQLite file by default (WAL, a busy timeout, the parent directory created); PostgreSQL by URL
-(``postgresql+psycopg://user@host/db``) for sites with many hosts reading it. Only the collector
-writes. A batch is written in one transaction and keyed by job id: a job already present is
-replaced, so ingesting the same records twice leaves the same rows (idempotent).
-"""
+SQLite file by default (rollback journal, a busy timeout, the parent directory created);
+PostgreSQL by URL (``postgresql+psycopg://user@host/db``) for sites with many hosts reading
+it. Only the collector writes. A batch is written in one transaction and keyed by job id: a job
+already present is replaced, so ingesting the same records twice leaves the same rows
+(idempotent)."""
 
 from __future__ import annotations
 
@@ -343,11 +343,17 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        # A read-only file cannot switch mode; reading still works.
+        # A rollback journal, not WAL: one writer (the collector) and many readers who may
+        # not write the store's directory. A WAL file cannot be opened by such a reader, not
+        # even mode=ro (it must create the -shm file), while with a rollback journal a mode=ro
+        # reader takes an ordinary shared lock (docs/store.md). This also switches a store
+        # created in WAL mode by an earlier release, the next time the collector opens it.
+        # A read-only connection cannot switch mode; reading still works.
         with contextlib.suppress(Exception):
-            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA journal_mode = DELETE")
         cur.execute("PRAGMA foreign_keys = ON")
-        cur.execute("PRAGMA synchronous = NORMAL")
+        # FULL: with a rollback journal, NORMAL could corrupt the file on a power cut.
+        cur.execute("PRAGMA synchronous = FULL")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -357,7 +363,8 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
 
 
 def open_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
-    """Create the engine for ``url`` (SQLite: create the parent directory, WAL, busy timeout)."""
+    """Create the engine for ``url`` (SQLite: create the parent directory, rollback journal,
+    busy timeout)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
