@@ -78,7 +78,6 @@ def _run(
     config_path: str | None,
 ) -> None:
     from slurm_gpu.userreport import service
-    from slurm_gpu.userreport.terminal import TerminalRenderer
 
     if job_ids and (user or since):
         raise UsageError(
@@ -87,26 +86,33 @@ def _run(
         )
     settings, accounting, reader = _backends(ctx, config_path)
     min_elapsed_s = settings.gpueff.min_elapsed_s
-    renderer = None
-    use_colour = False
-    if not as_json:
-        use_colour = _use_colour(colour)
-        renderer = TerminalRenderer(colour=use_colour, template_dir=settings.gpueff.template_dir)
-
-    if not job_ids:
+    # Accounting is asked first (in the background: it is the slowest step), the store read
+    # and the renderer's set-up happen while it answers; nothing is shown before it did.
+    if job_ids:
+        pending: Any = service.start_lookup(job_ids, accounting, reader)
+    else:
         import getpass
 
         now_s = time.time()
         since_s = _parse_since(since, now_s) if since else now_s - 7 * 86400
-        reports = service.recent(
+        pending = service.start_recent(
             accounting,
             reader,
             user=user or getpass.getuser(),
             since_s=since_s,
             until_s=now_s,
-            min_elapsed_s=min_elapsed_s,
             limit=limit,
         )
+    renderer = None
+    use_colour = False
+    if not as_json:
+        from slurm_gpu.userreport.terminal import TerminalRenderer
+
+        use_colour = _use_colour(colour)
+        renderer = TerminalRenderer(colour=use_colour, template_dir=settings.gpueff.template_dir)
+
+    if not job_ids:
+        reports = pending.finish(min_elapsed_s=min_elapsed_s)
         if as_json:
             from slurm_gpu.userreport.jsonout import document
 
@@ -118,7 +124,7 @@ def _run(
             click.echo(renderer.table(reports), nl=False, color=use_colour)
         return
 
-    found = service.lookup(job_ids, accounting, reader, min_elapsed_s=min_elapsed_s)
+    found = pending.finish(min_elapsed_s=min_elapsed_s)
     if as_json:
         from slurm_gpu.userreport.jsonout import document
 

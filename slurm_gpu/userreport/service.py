@@ -8,13 +8,24 @@ plug in fakes:
   found", and nothing about it is read from the store or the spool.
 - ``TelemetryReader`` returns what is known about a job's GPUs: the final, stored part for an
   ended job, or the live spool summary for a running one.
+
+Overlap. Accounting (one ``sacct`` process, 0.1-0.3 s) and the store read are independent, so
+``start_lookup``/``start_recent`` ask accounting in a background thread and, meanwhile, let a
+reader that can (``prefetch``) read the store and word the findings. Nothing read that way
+reaches a report until ``finish`` has accounting's answer: only jobs accounting returned to
+the calling user are reported. A thread rather than a ``Popen`` inside ``SacctSource``: it
+works for every ``AccountingSource`` (pyslurm, the fakes of the tests) without changing the
+seam, and ``sacct``'s batching, timeout and error mapping stay on their one code path; the
+thread waits on the child's pipes with the GIL released, and ``sacct`` itself is another
+process, so both really run at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.accounting.jobids import parse_job_id
@@ -39,6 +50,47 @@ class TelemetryReader(Protocol):
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summary of a running job; ``None`` when not readable."""
         ...
+
+
+class Prefetching(Protocol):
+    """What a reader may add to ``TelemetryReader`` to read ahead while accounting answers.
+
+    Both are best effort and show nothing: they only warm what ``final`` returns later.
+    """
+
+    def prefetch(self, ids: Sequence[str]) -> None:
+        """Read the stored jobs these accounting queries (``1234``, ``1234_7``) may name."""
+        ...
+
+    def prefetch_user(self, user: str, since_s: float, until_s: float, limit: int) -> None:
+        """Read ``user``'s newest ``limit`` stored jobs of ``[since_s, until_s]``."""
+        ...
+
+
+T = TypeVar("T")
+
+
+class _InBackground(Generic[T]):
+    """One call run in a daemon thread; ``result`` joins it and re-raises its error."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._call = call
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gpueff-accounting", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +136,48 @@ def _task_order(job: JobRecord) -> tuple[int, str]:
     return (int(task) if task.isdigit() else -1, job.job_id)
 
 
+class PendingLookup:
+    """A lookup whose accounting query runs while the caller does other work."""
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        asked: _InBackground[dict[str, JobRecord]],
+        reader: TelemetryReader,
+    ) -> None:
+        self._ids = list(ids)
+        self._asked = asked
+        self._reader = reader
+
+    def finish(self, *, min_elapsed_s: float) -> Lookup:
+        """Wait for accounting, then build reports for what it returned. Raises
+        ``AccountingError`` when accounting cannot be asked."""
+        found = self._asked.result()
+        groups: list[tuple[str, tuple[JobReport, ...]]] = []
+        missing: list[str] = []
+        for typed in self._ids:
+            jobs = sorted((j for j in found.values() if _matches(typed, j)), key=_task_order)
+            if not jobs:
+                missing.append(typed)
+                continue
+            reports = tuple(report_for(j, self._reader, min_elapsed_s=min_elapsed_s) for j in jobs)
+            groups.append((typed, reports))
+        return Lookup(groups=tuple(groups), missing=tuple(missing))
+
+
+def start_lookup(
+    ids: Sequence[str], accounting: AccountingSource, reader: TelemetryReader
+) -> PendingLookup:
+    """Ask accounting about the ids as typed (in the background) and, meanwhile, let the
+    reader read ahead. Raises ``UsageError`` for a malformed id, before anything starts."""
+    queries = [parse_job_id(i).query for i in ids]
+    asked = _InBackground(lambda: accounting.get_jobs(queries))
+    prefetch = getattr(reader, "prefetch", None)
+    if prefetch is not None:
+        prefetch(queries)
+    return PendingLookup(ids, asked, reader)
+
+
 def lookup(
     ids: Sequence[str],
     accounting: AccountingSource,
@@ -93,18 +187,7 @@ def lookup(
 ) -> Lookup:
     """Reports for the ids as typed. Raises ``UsageError`` for a malformed id,
     ``AccountingError`` when accounting cannot be asked."""
-    queries = [parse_job_id(i).query for i in ids]
-    found = accounting.get_jobs(queries)
-    groups: list[tuple[str, tuple[JobReport, ...]]] = []
-    missing: list[str] = []
-    for typed in ids:
-        jobs = sorted((j for j in found.values() if _matches(typed, j)), key=_task_order)
-        if not jobs:
-            missing.append(typed)
-            continue
-        reports = tuple(report_for(j, reader, min_elapsed_s=min_elapsed_s) for j in jobs)
-        groups.append((typed, reports))
-    return Lookup(groups=tuple(groups), missing=tuple(missing))
+    return start_lookup(ids, accounting, reader).finish(min_elapsed_s=min_elapsed_s)
 
 
 def not_found_error(missing: Sequence[str]) -> JobNotFoundError:
@@ -114,6 +197,43 @@ def not_found_error(missing: Sequence[str]) -> JobNotFoundError:
         hint="check the id; accounting shows you only your own jobs (and those of accounts "
         "you coordinate), and forgets jobs after the site's retention period",
     )
+
+
+class PendingRecent:
+    """A listing whose accounting query runs while the caller does other work."""
+
+    def __init__(
+        self, asked: _InBackground[list[JobRecord]], reader: TelemetryReader, limit: int
+    ) -> None:
+        self._asked = asked
+        self._reader = reader
+        self._limit = limit
+
+    def finish(self, *, min_elapsed_s: float) -> tuple[JobReport, ...]:
+        """Wait for accounting; reports of the jobs it returned, newest first."""
+        jobs = self._asked.result()
+        jobs = sorted(jobs, key=lambda j: (j.submit_s or 0.0, j.job_id), reverse=True)
+        return tuple(
+            report_for(j, self._reader, min_elapsed_s=min_elapsed_s) for j in jobs[: self._limit]
+        )
+
+
+def start_recent(
+    accounting: AccountingSource,
+    reader: TelemetryReader,
+    *,
+    user: str,
+    since_s: float,
+    until_s: float,
+    limit: int,
+) -> PendingRecent:
+    """Ask accounting for ``user``'s jobs in ``[since_s, until_s]`` (in the background) and,
+    meanwhile, let the reader read ahead."""
+    asked = _InBackground(lambda: accounting.jobs_between(since_s, until_s, [user]))
+    prefetch = getattr(reader, "prefetch_user", None)
+    if prefetch is not None:
+        prefetch(user, since_s, until_s, limit)
+    return PendingRecent(asked, reader, limit)
 
 
 def recent(
@@ -127,6 +247,7 @@ def recent(
     limit: int,
 ) -> tuple[JobReport, ...]:
     """Reports of ``user``'s jobs in ``[since_s, until_s]``, newest first, at most ``limit``."""
-    jobs = accounting.jobs_between(since_s, until_s, [user])
-    jobs = sorted(jobs, key=lambda j: (j.submit_s or 0.0, j.job_id), reverse=True)[:limit]
-    return tuple(report_for(j, reader, min_elapsed_s=min_elapsed_s) for j in jobs)
+    pending = start_recent(
+        accounting, reader, user=user, since_s=since_s, until_s=until_s, limit=limit
+    )
+    return pending.finish(min_elapsed_s=min_elapsed_s)

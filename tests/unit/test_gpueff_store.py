@@ -128,21 +128,38 @@ def test_running_job_on_a_host_without_live_file(tmp_path: Path) -> None:
     assert report.telemetry.value == "no_telemetry" and report.gpus == ()
 
 
-def test_reader_url_for_users_who_cannot_write_the_store_dir(tmp_path: Path) -> None:
-    from slurm_gpu.userreport.readers import reader_url
+def test_sqlite_store_is_read_mode_ro_by_a_user_who_cannot_write_beside_it(
+    tmp_path: Path,
+) -> None:
+    import shutil
+    import tempfile
 
-    writable = f"sqlite:///{tmp_path}/s.db"
-    assert reader_url(writable) == writable
-    assert reader_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
-    if os.geteuid() != 0:  # root may write anywhere
+    from slurm_gpu.store.sqlite_reader import SqliteReader
+    from slurm_gpu.userreport.readers import open_store_reader
+
+    job = F.job()
+    if os.geteuid() != 0:  # the rest needs another uid
+        _store_job(tmp_path, job)
+        assert isinstance(open_store_reader(_settings(tmp_path).store_url), SqliteReader)
         return
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    (locked / "s.db").write_bytes(b"")
-    os.seteuid(65534)
+    # pytest's own directories are private to root; this one is world-traversable.
+    shared = Path(tempfile.mkdtemp(prefix="gpueff-ro-"))
     try:
-        url = reader_url(f"sqlite:///{locked}/s.db")
+        shared.chmod(0o755)
+        _store_job(shared, job)
+        (shared / "slurm-gpu.db").chmod(0o644)
+        os.seteuid(65534)
+        try:
+            assert not os.access(shared, os.W_OK, effective_ids=True)
+            reader = open_store_reader(_settings(shared).store_url)
+            stored = reader.get_job(job.job_id, timelines=True)
+            reader.close()
+        finally:
+            os.seteuid(0)
+        assert isinstance(reader, SqliteReader)
+        assert stored is not None and stored.job == job
+        assert [p.name for p in shared.iterdir() if p.name.startswith("slurm-gpu.db")] == [
+            "slurm-gpu.db"
+        ]
     finally:
-        os.seteuid(0)
-    locked.chmod(0o755)
-    assert url.endswith("?mode=ro&immutable=1&uri=true")
+        shutil.rmtree(shared)
