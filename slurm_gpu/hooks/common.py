@@ -49,7 +49,8 @@ def setup_logging(log_file: str, tag: str, job_id: str | None) -> logging.Logger
                 os.makedirs(directory, mode=0o750, exist_ok=True)
             fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             os.close(fd)
-            handler = logging.FileHandler(log_file, encoding="utf-8")
+            # Watched: a sampler lives as long as its job and must follow logrotate renames.
+            handler = logging.handlers.WatchedFileHandler(log_file, encoding="utf-8")
             fmt = f"%(asctime)s {host} slurm-gpu-{tag}[%(process)d]: job={job} %(message)s"
             handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%dT%H:%M:%S%z"))
         except OSError:

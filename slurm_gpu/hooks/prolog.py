@@ -100,6 +100,28 @@ def start_sampler(cmd: list[str], log_file: str, nice: int) -> int:
     return proc.pid
 
 
+SYSTEMD_ENV_DIR = "/run/slurm-gpu"
+
+
+def start_sampler_systemd(cmd: list[str], job_id: str) -> int | None:
+    """Start ``slurm-gpu-sampler@<job>.service`` with the sampler's arguments in its
+    environment file (see share/systemd). The unit's process writes its own pid file, so this
+    returns ``None``."""
+    args = cmd[cmd.index("slurm_gpu.sampler") + 1 :]
+    os.makedirs(SYSTEMD_ENV_DIR, mode=0o700, exist_ok=True)
+    env_line = "SAMPLER_ARGS=" + " ".join(args) + "\n"
+    write_atomic(os.path.join(SYSTEMD_ENV_DIR, f"sampler-{job_id}.env"), env_line.encode())
+    subprocess.run(
+        ["/usr/bin/systemctl", "start", "--no-block", f"slurm-gpu-sampler@{job_id}.service"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=10,
+        check=True,
+    )
+    return None
+
+
 def run_prolog(settings: Settings, env: JobEnv) -> str:
     """Do the prolog's work; returns a one-line outcome for the log. Raises on failure (the
     caller logs and exits 0)."""
@@ -129,6 +151,11 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
     paths.create_dir()
     write_ownership(paths, env, resolution.uuids)
     cmd = sampler_command(settings, env, resolution.uuids, hostname)
+    what = f"{len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"
+    # ``hooks.sampler_launcher``: "detach" (default) or "systemd".
+    if getattr(settings.hooks, "sampler_launcher", "detach") == "systemd":
+        start_sampler_systemd(cmd, env.job_id)
+        return f"sampler unit slurm-gpu-sampler@{env.job_id} started for {what}"
     pid = start_sampler(cmd, settings.paths.log_file, settings.hooks.sampler_nice)
     write_pidfile(paths.pid, pid)
-    return f"sampler {pid} started for {len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"
+    return f"sampler {pid} started for {what}"
