@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,8 +41,23 @@ from slurm_gpu.errors import UsageError
     default=None,
     help="Write the Markdown table to this file (e.g. docs/diagnosis.md).",
 )
+@click.option(
+    "--recorded",
+    "recorded_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of traces recorded on a real cluster (default: tests/data/traces of a "
+    "source checkout, when there).",
+)
 @click.pass_context
-def cli(ctx: click.Context, n: int, seed: int, tuning_seed: int, write_path: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    n: int,
+    seed: int,
+    tuning_seed: int,
+    write_path: str | None,
+    recorded_dir: str | None,
+) -> None:
     """Generate labelled traces of every pattern, diagnose them with the configured
     thresholds, and print per-cause precision and recall and the false-alarm rate."""
     from slurm_gpu.evaluation.score import markdown, run, summary_lines
@@ -56,6 +72,9 @@ def cli(ctx: click.Context, n: int, seed: int, tuning_seed: int, write_path: str
     held = run(corpus(n, seed), settings, seed=seed, n_per_pattern=n)
     tuned = run(corpus(n, tuning_seed), settings, seed=tuning_seed, n_per_pattern=n)
     text = markdown(held, tuned)
+    recorded = _recorded(recorded_dir, settings)
+    if recorded:
+        text = text.rstrip("\n") + "\n" + "\n".join(recorded[0]) + "\n"
     if write_path:
         try:
             Path(write_path).write_text(text, encoding="utf-8")
@@ -66,9 +85,34 @@ def cli(ctx: click.Context, n: int, seed: int, tuning_seed: int, write_path: str
         click.echo(f"wrote {write_path}")
     for line in summary_lines(held):
         click.echo(line)
+    if recorded:
+        ev = recorded[1]
+        click.echo(
+            f"recorded: {len(ev.results)} traces, "
+            f"{sum(r.expected_code_found for r in ev.results)} with the expected finding, "
+            f"{ev.healthy_false_alarms} false alarm(s)"
+        )
     for c in held.causes:
         recall = "-" if c.recall is None else f"{c.recall:.2f}"
         precision = "-" if c.precision is None else f"{c.precision:.2f}"
         click.echo(
             f"cause {c.cause}: recall {recall} precision {precision} ({c.labelled} labelled)"
         )
+
+
+def _recorded(directory: str | None, settings: Any) -> tuple[list[str], Any] | None:
+    """The recorded section's Markdown and scores, or ``None`` when there are no traces."""
+    from slurm_gpu.evaluation.recorded import evaluate_recorded, load_corpus, markdown_section
+
+    path = (
+        Path(directory) if directory else Path(__file__).resolve().parents[2] / "tests/data/traces"
+    )
+    if not path.is_dir():
+        if directory:
+            raise UsageError(f"{directory} is not a directory", hint="pass --recorded DIR")
+        return None
+    traces = load_corpus(path)
+    if not traces:
+        return None
+    ev = evaluate_recorded(traces, settings)
+    return markdown_section(ev, traces), ev
