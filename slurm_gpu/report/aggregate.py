@@ -190,9 +190,17 @@ def _top_finding(period: Period) -> Any:
     )
 
 
-def _frame(conn: Connection, stmt: Select[Any]) -> pd.DataFrame:
-    result = conn.execute(stmt)
-    return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+def _frame(conn: Connection, stmt: Select[Any], chunk_rows: int = 100_000) -> pd.DataFrame:
+    """The result of ``stmt`` as a DataFrame, built in chunks: a million result rows held as
+    Python row objects at once would cost more memory than the frame itself."""
+    result = conn.execution_options(stream_results=True).execute(stmt)
+    columns = list(result.keys())
+    parts = [
+        pd.DataFrame.from_records(rows, columns=columns) for rows in result.partitions(chunk_rows)
+    ]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
 def job_frame(conn: Connection, period: Period, unused_max_duty_pct: float) -> pd.DataFrame:
