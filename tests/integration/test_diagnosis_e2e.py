@@ -1,0 +1,134 @@
+"""End to end on the real cluster: every demo pattern, submitted with sbatch, goes through the
+prolog, the sampler, the epilog's seal, the collector (with sacct) and the analysis into the
+store, and comes out with the diagnosis its pattern deserves, in the store and in
+``gpueff --json`` as its owner sees it.
+
+The jobs are the demo's own scripts (share/demo) with shorter durations; the cluster's
+slurm-gpu.toml scales the analysis thresholds to jobs of seconds (share/testcluster).
+All eight are submitted at once: with four GPUs they run in three rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+import slurmtools
+
+from slurm_gpu.analysis import CODES, Audience
+from slurm_gpu.config import load_settings
+from slurm_gpu.demo.submit import DEMO_ORDER
+from slurm_gpu.store import open_store
+
+pytestmark = pytest.mark.cluster
+
+DEMO = slurmtools.REPO / "share" / "demo"
+
+#: pattern -> (seconds it runs, finding code it must get, the cause of that code)
+EXPECTED: dict[str, tuple[int, str | None, int | None]] = {
+    "healthy": (20, None, None),
+    "idle-gpu": (20, "GPU_UNUSED", 6),
+    "imbalance": (20, "GPU_IMBALANCE", 5),
+    "dataloader": (25, "DATALOADER_BOUND", 2),
+    "small-batch": (20, "LOW_PARALLELISM", 1),
+    "near-oom": (20, "GPU_MEMORY_NEAR_FULL", 4),
+    "overtime": (20, "TIME_OVERREQUESTED", 6),
+    "idle-tail": (30, "IDLE_TAIL", 6),
+}
+
+
+def _script(pattern: str, duration_s: int) -> str:
+    """The demo's script for ``pattern`` with a shorter run."""
+    text = (DEMO / f"{pattern}.sbatch").read_text()
+    shorter, n = re.subn(r"--duration \d+", f"--duration {duration_s}", text)
+    assert n == 1, f"{pattern}.sbatch has no --duration"
+    return shorter
+
+
+def _user_problems(findings: list[tuple[str, int | None, str]]) -> list[str]:
+    """Codes of the findings a user is told to act on (warning or worse)."""
+    return [
+        code
+        for code, _cause, severity in findings
+        if CODES[code].audience is Audience.USER and severity != "info"  # type: ignore[index]
+    ]
+
+
+@pytest.fixture(scope="module")
+def demo_jobs() -> dict[str, str]:
+    """pattern -> job id of its finished, collected demo job."""
+    config = slurmtools.slurm_gpu_config_path()
+    python = slurmtools.venv_python()
+    jobs = {}
+    for pattern in DEMO_ORDER:
+        duration, _, _ = EXPECTED[pattern]
+        jobs[pattern] = slurmtools.submit(
+            _script(pattern, duration),
+            args=(
+                "--chdir=/tmp",
+                "--output=/tmp/slurm-gpu-e2e-%j.out",
+                f"--export=ALL,SLURM_GPU_PYTHON={python},SLURM_GPU_CONFIG={config}",
+            ),
+        )
+    for pattern, job_id in jobs.items():
+        state = slurmtools.wait_done(job_id, timeout_s=600)
+        assert state == "COMPLETED", f"{pattern} job {job_id} ended {state}"
+    settings = load_settings(str(config))
+    slurm_gpu = str(python.with_name("slurm-gpu"))
+    deadline = time.monotonic() + 120
+    with open_store(settings) as store:
+        while True:
+            subprocess.run(
+                [slurm_gpu, "--config", str(config), "collect", "--once", "--no-missing"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            missing = set(jobs.values()) - store.existing_job_ids(jobs.values())
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+    assert not missing, f"not collected: {sorted(missing)}"
+    return jobs
+
+
+@pytest.mark.parametrize("pattern", DEMO_ORDER)
+def test_the_store_has_the_patterns_diagnosis(demo_jobs: dict[str, str], pattern: str) -> None:
+    settings = load_settings(str(slurmtools.slurm_gpu_config_path()))
+    with open_store(settings, readonly=True) as store:
+        stored = store.get_job(demo_jobs[pattern])
+    assert stored is not None
+    assert stored.telemetry == "complete"
+    findings = [(f.code, f.cause, f.severity) for f in stored.findings]
+    _, code, cause = EXPECTED[pattern]
+    if code is None:
+        assert _user_problems(findings) == [], findings
+    else:
+        assert (code, cause) in [(c, k) for c, k, _ in findings], findings
+        assert all(
+            k in (cause, None) or (pattern == "small-batch" and k == 6)
+            for c, k, _ in findings
+            if c in _user_problems(findings)
+        ), findings
+
+
+@pytest.mark.parametrize("pattern", DEMO_ORDER)
+def test_gpueff_json_reports_it_to_the_owner(demo_jobs: dict[str, str], pattern: str) -> None:
+    job_id = demo_jobs[pattern]
+    gpueff = str(slurmtools.venv_python().with_name("gpueff"))
+    proc = slurmtools.run_as(
+        "sgtest1",
+        [gpueff, "--json", "--config", str(slurmtools.slurm_gpu_config_path()), job_id],
+    )
+    report = json.loads(proc.stdout)["jobs"][0]
+    assert report["job_id"] == job_id
+    findings = [(f["code"], f["cause"], f["severity"]) for f in report["findings"]]
+    _, code, cause = EXPECTED[pattern]
+    if code is None:
+        assert _user_problems(findings) == [], findings
+    else:
+        assert (code, cause) in [(c, k) for c, k, _ in findings], findings
