@@ -103,9 +103,14 @@ class JobSpool:
         return self._file(".live.json")
 
     def create_dir(self) -> None:
-        """Create ``<spool_dir>`` (0700 if new) and the job dir (0711), root-owned."""
+        """Create ``<spool_dir>`` and the job dir, both 0711 and root-owned.
+
+        0711 (traversable, not listable) lets a job's owner open the one file meant for them,
+        ``<host>.live.json``, without seeing which other jobs exist; everything else is 0600.
+        """
         if not os.path.isdir(self.spool_dir):
-            os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
+            os.makedirs(self.spool_dir, mode=JOB_DIR_MODE, exist_ok=True)
+            os.chmod(self.spool_dir, JOB_DIR_MODE)  # makedirs' mode is filtered by the umask
         with contextlib.suppress(FileExistsError):
             os.mkdir(self.job_dir, JOB_DIR_MODE)
         os.chmod(self.job_dir, JOB_DIR_MODE)

@@ -212,10 +212,12 @@ def test_list_sealed(tmp_path: Path) -> None:
 
 
 def test_job_dir_mode(tmp_path: Path) -> None:
+    """A prolog creating the spool on a fresh node leaves it traversable (0711), not 0700:
+    otherwise a job's owner could not reach their own live.json for gpueff."""
     paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
     paths.create_dir()
     assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o711
-    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o711
 
 
 @pytest.mark.parametrize("job_id", ["../1", "1/2", "", "12a", "1 2"])
@@ -259,3 +261,4 @@ def test_pidfile_roundtrip(tmp_path: Path) -> None:
     path.write_text("garbage")
     assert read_pidfile(str(path)) is None
     assert read_pidfile(str(tmp_path / "none.pid")) is None
+
