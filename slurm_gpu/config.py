@@ -45,6 +45,11 @@ class PathsSettings:
     log_file: str = _opt(
         "/var/log/slurm-gpu/hooks.log", "Hook and sampler log; empty string logs to syslog."
     )
+    inbox_dir: str = _opt(
+        "",
+        "Shared directory where nodes ship sealed records (`slurm-gpu ship`) and the collector "
+        "reads them; empty: the collector reads spool_dir (collector on the node itself).",
+    )
 
 
 @dataclass(frozen=True)

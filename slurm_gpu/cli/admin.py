@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "sampler": "slurm_gpu.cli.sampler_cmd",
     "vgpu": "slurm_gpu.cli.vgpu_cmd",
     "demo": "slurm_gpu.cli.demo_cmd",
+    "ship": "slurm_gpu.cli.ship_cmd",
     "collect": "slurm_gpu.cli.collect_cmd",
     "store": "slurm_gpu.cli.store_cmd",
     "admincomment": "slurm_gpu.cli.admincomment_cmd",

@@ -157,7 +157,7 @@ def _one_pass(settings: Settings, job_id: str | None, missing: bool) -> Any:
             return Collector(
                 store=store,
                 accounting=accounting,
-                spool_dir=settings.paths.spool_dir,
+                spool_dir=settings.paths.inbox_dir or settings.paths.spool_dir,
                 state_dir=settings.paths.state_dir,
                 options=options,
                 analyse=analyse,
