@@ -110,6 +110,7 @@ def _run(
 
         use_colour = _use_colour(colour)
         renderer = TerminalRenderer(colour=use_colour, template_dir=settings.gpueff.template_dir)
+        renderer.prepare()
 
     if not job_ids:
         reports = pending.finish(min_elapsed_s=min_elapsed_s)

@@ -251,8 +251,10 @@ def _error(path: str, exc: sqlite3.Error) -> StoreError:
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     hint = "check that the store file exists and that you may read it, then ask your admins"
     if "readonly" in detail or "read-only" in detail:
+        # A WAL store of an earlier release, or a commit the collector left half done (a hot
+        # journal): both need one write by the owner, which any collector run does.
         hint = (
-            "the store is in WAL mode, which read-only users cannot open: "
-            "run `slurm-gpu store migrate` as its owner to switch it to a rollback journal"
+            "the store needs its owner to open it once (WAL mode from an earlier release, or "
+            "an interrupted commit): run `slurm-gpu store migrate` as the collector's user"
         )
     return StoreError(f"store {path}: {detail}", hint=hint)

@@ -62,6 +62,12 @@ class TerminalRenderer:
         self._env = environment("gpueff", override_dir=template_dir)
         self._c = colourer(colour)
 
+    def prepare(self) -> None:
+        """Load and compile the templates now rather than at the first render (``gpueff``
+        does it while accounting answers)."""
+        for name in ("report.txt.j2", "table.txt.j2"):
+            self._env.get_template(name)
+
     def report(self, report: JobReport) -> str:
         """One job's full report."""
         template = self._env.get_template("report.txt.j2")
