@@ -79,6 +79,12 @@ class HooksSettings:
         20.0, "Hard limit on one prolog or epilog run, seconds.", min=1, max=300
     )
     sampler_nice: int = _opt(10, "Nice value of the sampler process.", min=0, max=19)
+    sampler_launcher: str = _opt(
+        "detach",
+        "How the prolog starts the sampler: a detached process, or a systemd unit "
+        "(slurm-gpu-sampler@<jobid>.service).",
+        choices=("detach", "systemd"),
+    )
 
 
 @dataclass(frozen=True)

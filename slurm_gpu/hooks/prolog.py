@@ -152,8 +152,7 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
     write_ownership(paths, env, resolution.uuids)
     cmd = sampler_command(settings, env, resolution.uuids, hostname)
     what = f"{len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"
-    # ``hooks.sampler_launcher``: "detach" (default) or "systemd".
-    if getattr(settings.hooks, "sampler_launcher", "detach") == "systemd":
+    if settings.hooks.sampler_launcher == "systemd":
         start_sampler_systemd(cmd, env.job_id)
         return f"sampler unit slurm-gpu-sampler@{env.job_id} started for {what}"
     pid = start_sampler(cmd, settings.paths.log_file, settings.hooks.sampler_nice)
