@@ -8,7 +8,8 @@ Usage (as the job's owner, or root)::
 ``seff`` is Slurm's contribs/seff/seff (Debian: from the slurm-wlm source package; it needs
 libslurm-perl and libslurmdb-perl). The two commands run alternately so that both see the same
 slurmdbd and page-cache conditions; the table gives min / median / max wall seconds, plus the
-startup floor of ``gpueff --version`` and the modules ``gpueff`` imports for the job.
+startup floor of ``gpueff --version``, the ``sacct`` call gpueff makes timed alone (its lower
+bound: gpueff waits for it), and the heavy modules ``gpueff`` imports for the job.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _heavy_imports(argv: list[str], user: str | None) -> list[str]:
             name = line.rsplit("|", 1)[1].strip()
             if not name.startswith(" "):
                 tops.add(name.split(".")[0])
-    return sorted(t for t in tops if t in {"sqlalchemy", "pandas", "matplotlib", "jinja2", "click"})
+    heavy = {"sqlalchemy", "pandas", "matplotlib", "pynvml", "jinja2", "click"}
+    return sorted(t for t in tops if t in heavy)
 
 
 def main() -> int:
@@ -70,17 +72,24 @@ def main() -> int:
         if rc != 0:
             print(f"{' '.join(argv)} exited {rc}", file=sys.stderr)
             return 1
-    g_times, s_times, v_times = [], [], []
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from slurm_gpu.accounting.sacct import SACCT_ENV, build_argv
+
+    env_argv = ["env", *(f"{k}={v}" for k, v in SACCT_ENV.items())]
+    a_argv = [*env_argv, *build_argv(shutil.which("sacct") or "sacct", job_ids=[args.job])]
+    g_times, s_times, v_times, a_times = [], [], [], []
     for _ in range(args.runs):
         g_times.append(_timed(g_argv, args.user)[0])
         s_times.append(_timed(s_argv, args.user)[0])
         v_times.append(_timed([*gpueff, "--version"], args.user)[0])
+        a_times.append(_timed(a_argv, args.user)[0])
     print(f"job {args.job}, {args.runs} runs each, alternating; wall seconds min / median / max")
     print("| command | wall s (min / median / max) |")
     print("|---|---|")
     print(f"| `gpueff JOBID` | {_stats(g_times)} |")
     print(f"| `seff JOBID` | {_stats(s_times)} |")
     print(f"| `gpueff --version` (startup floor) | {_stats(v_times)} |")
+    print(f"| `sacct` as gpueff calls it, alone | {_stats(a_times)} |")
     ratio = statistics.median(g_times) / statistics.median(s_times)
     print(f"median ratio gpueff/seff: {ratio:.2f}")
     print(
