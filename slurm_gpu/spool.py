@@ -22,6 +22,7 @@ truncated last line (a crash mid-write), reporting ``truncated=True``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -30,13 +31,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.errors import SpoolFormatError
-from slurm_gpu.recordcodec import from_jsonable, to_jsonable
+from slurm_gpu.recordcodec import (
+    from_jsonable,
+    timeline_from_columns,
+    timeline_to_columns,
+    to_jsonable,
+)
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, NodeRecord
 
 SPOOL_SCHEMA = "slurm-gpu/spool"
 SPOOL_VERSION = 1
 RECORD_SCHEMA = "slurm-gpu/node-record"
-RECORD_VERSION = 1
+#: Version 2 stores the timeline as columns (``recordcodec.timeline_to_columns``); version 1
+#: (a list of point objects) is still read.
+RECORD_VERSION = 2
+RECORD_VERSIONS_READ = (1, 2)
 STATE_SCHEMA = "slurm-gpu/sampler-state"
 STATE_VERSION = 1
 
@@ -333,25 +342,46 @@ def read_spool(path: str) -> SpoolContents:
 
 
 def encode_record(record: NodeRecord) -> bytes:
-    body = {"schema": RECORD_SCHEMA, "version": RECORD_VERSION, "record": to_jsonable(record)}
-    return json.dumps(body, separators=(",", ":")).encode()
+    """The sealed record file's bytes (current version: columnar timeline)."""
+    body: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name == "timeline":
+            # Columns when the per-GPU tuples are rectangular (always, from the aggregator);
+            # otherwise the row form, which the reader also takes.
+            columns = timeline_to_columns(value)
+            body[f.name] = columns if columns is not None else to_jsonable(value)
+        else:
+            body[f.name] = to_jsonable(value)
+    wrapped = {"schema": RECORD_SCHEMA, "version": RECORD_VERSION, "record": body}
+    return json.dumps(wrapped, separators=(",", ":")).encode()
 
 
 def decode_record(data: bytes, *, where: str = "record") -> NodeRecord:
+    """Parse a sealed record of any version in ``RECORD_VERSIONS_READ``; ``SpoolFormatError``
+    when it is not one."""
     try:
         body = json.loads(data)
     except ValueError as exc:
         raise SpoolFormatError(f"{where}: not JSON ({exc})") from None
     if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
         raise SpoolFormatError(f"{where}: not a slurm-gpu node record")
-    if body.get("version") != RECORD_VERSION:
+    version = body.get("version")
+    if version not in RECORD_VERSIONS_READ or isinstance(version, bool):
         raise SpoolFormatError(
-            f"{where}: node record version {body.get('version')!r} is not supported (this "
-            f"reader knows {RECORD_VERSION})",
+            f"{where}: node record version {version!r} is not supported (this "
+            f"reader knows {', '.join(map(str, RECORD_VERSIONS_READ))})",
             hint="upgrade slurm-gpu on the collector host",
         )
     try:
-        return from_jsonable(NodeRecord, body.get("record"))
+        raw = body.get("record")
+        if isinstance(raw, dict) and isinstance(raw.get("timeline"), dict):
+            # Columnar timeline (version 2): decoded by its specialised reader, the rest of
+            # the record by the generic one.
+            timeline = timeline_from_columns(raw["timeline"])
+            record = from_jsonable(NodeRecord, {**raw, "timeline": []})
+            return dataclasses.replace(record, timeline=timeline)
+        return from_jsonable(NodeRecord, raw)
     except (ValueError, TypeError) as exc:
         raise SpoolFormatError(f"{where}: bad node record: {exc}") from None
 

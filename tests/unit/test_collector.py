@@ -139,7 +139,9 @@ def test_corrupt_records_are_quarantined_and_the_rest_ingested(env: Env) -> None
     env.add_job(make_job("301"), "node1")
     env.add_job(make_job("302"), "node1")
     (env.spool_dir / "301" / "node1.record").write_text('{"schema": "slurm-gpu/node-rec')
-    good = spool.encode_record(make_node("302", "node1")).replace(b'"version":1', b'"version":9')
+    current = f'"version":{spool.RECORD_VERSION}'.encode()
+    good = spool.encode_record(make_node("302", "node1")).replace(current, b'"version":9')
+    assert b'"version":9' in good
     (env.spool_dir / "302" / "node1.record").write_bytes(good)
     report = env.run()
     assert report.ingested == ("300",)  # type: ignore[attr-defined]

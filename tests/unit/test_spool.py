@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from slurm_gpu.aggregate import NodeAggregator
 from slurm_gpu.errors import SpoolFormatError
-from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample
+from slurm_gpu.recordcodec import to_jsonable
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, TimelinePoint
 from slurm_gpu.spool import (
+    RECORD_SCHEMA,
+    RECORD_VERSION,
     JobSpool,
     SpoolHeader,
     SpoolWriter,
     decode_header,
+    decode_record,
     encode_header,
+    encode_record,
     list_sealed,
     read_header,
     read_live,
@@ -198,6 +205,59 @@ def test_record_unknown_version_or_corrupt(tmp_path: Path) -> None:
         read_record(str(path))
 
 
+def test_record_timeline_is_stored_as_columns() -> None:
+    rec = make_record()
+    assert len(rec.timeline) == 5
+    body = json.loads(encode_record(rec))
+    assert body["version"] == RECORD_VERSION == 2
+    timeline = body["record"]["timeline"]
+    assert timeline["t_s"] == [p.t_s for p in rec.timeline]
+    # One list per GPU, in the order of the record's GPUs.
+    assert timeline["gpu_utilization_pct"] == [
+        [p.gpu_utilization_pct[g] for p in rec.timeline] for g in range(2)
+    ]
+    assert decode_record(encode_record(rec)) == rec
+
+
+def test_version_1_records_are_still_read() -> None:
+    rec = make_record()
+    v1 = {"schema": RECORD_SCHEMA, "version": 1, "record": to_jsonable(rec)}
+    assert isinstance(v1["record"]["timeline"], list)
+    assert decode_record(json.dumps(v1).encode()) == rec
+
+
+def test_ragged_timeline_keeps_the_row_form() -> None:
+    rec = make_record()
+    odd = TimelinePoint(2000.0, 10.0, 1, (1.0,), (None,), (None,), None, None)
+    ragged = dataclasses.replace(rec, timeline=(*rec.timeline, odd))
+    data = encode_record(ragged)
+    assert isinstance(json.loads(data)["record"]["timeline"], list)
+    assert decode_record(data) == ragged
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("samples", lambda n: [1.5] * n, "timeline.samples: expected an integer"),
+        ("t_s", lambda n: ["x"] * n, "timeline.t_s: expected a number"),
+        ("width_s", lambda n: [10.0] * (n + 1), "timeline.width_s: expected 5 values"),
+        ("gpu_power_w", lambda n: [[1.0] * n], "timeline.gpu_power_w: expected 2"),
+        ("gpu_memory_used_max_bytes", lambda n: [[True] * n] * 2, "expected an integer"),
+        ("host_rss_max_bytes", lambda n: None, "host_rss_max_bytes: expected a list"),
+        ("bogus", lambda n: [], "unknown field 'bogus'"),
+    ],
+)
+def test_columnar_timeline_is_checked_strictly(column: str, value: Any, message: str) -> None:
+    body = json.loads(encode_record(make_record()))
+    body["record"]["timeline"][column] = value(5)
+    with pytest.raises(SpoolFormatError, match=message):
+        decode_record(json.dumps(body).encode())
+    body = json.loads(encode_record(make_record()))
+    del body["record"]["timeline"]["samples"]
+    with pytest.raises(SpoolFormatError, match="samples"):
+        decode_record(json.dumps(body).encode())
+
+
 def test_list_sealed(tmp_path: Path) -> None:
     for job in ("100", "9"):
         paths = JobSpool(str(tmp_path), job, "n1")
@@ -261,4 +321,3 @@ def test_pidfile_roundtrip(tmp_path: Path) -> None:
     path.write_text("garbage")
     assert read_pidfile(str(path)) is None
     assert read_pidfile(str(tmp_path / "none.pid")) is None
-
