@@ -16,6 +16,11 @@ Spool: one sealed record per job, one node, ``--gpus`` GPUs, one hour at the def
 interval (360 readings, 360 timeline points), utilization and power with noise so the
 compressed timelines are realistic rather than flat.
 
+Each configuration runs ``--repeat`` times (fresh spool and store each time); the table gives
+the median rate with its range, the collector's own CPU time per job (``time.process_time``,
+which a loaded machine disturbs less than the wall clock; the sacct processes are not in it)
+and the 1-minute load average when the runs started.
+
 Run as root on the test cluster host::
 
     .venv/bin/python benchmarks/bench_collect.py --jobs 1000 10000
@@ -28,6 +33,7 @@ import os
 import random
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import tempfile
 import time
@@ -234,15 +240,15 @@ def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -
             state_dir=str(state_dir),
             options=CollectorOptions(batch_size=500),
         )
-        t = time.perf_counter()
+        load = os.getloadavg()[0]
+        t, c = time.perf_counter(), time.process_time()
         report = collector.run_once(missing_pass=False)
-        elapsed = time.perf_counter() - t
+        elapsed, cpu = time.perf_counter() - t, time.process_time() - c
     if len(report.ingested) != n_jobs:
         first_error = report.errors[0] if report.errors else "no error reported"
         raise SystemExit(f"ingested {len(report.ingested)} of {n_jobs}: {first_error}")
     db = state_dir / "store.db"
     con = sqlite3.connect(db)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     tl_bytes = con.execute("SELECT sum(length(data)) FROM timelines").fetchone()[0]
     con.close()
     size = db.stat().st_size
@@ -253,6 +259,8 @@ def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -
         "gpus": n_gpus,
         "seconds": elapsed,
         "jobs_per_s": n_jobs / elapsed,
+        "cpu_ms_per_job": cpu / n_jobs * 1e3,
+        "load": load,
         "sacct_calls": runner.calls,
         "db_bytes": size,
         "kb_per_gpu_hour": size / gpu_hours / 1000,
@@ -264,20 +272,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per configuration")
     ap.add_argument("--template-job", default=None)
     ap.add_argument("--host", default=os.uname().nodename.split(".")[0])
     args = ap.parse_args()
     template = args.template_job or newest_gpu_job()
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
-        print(f"template job {template}; host {args.host}")
-        print("jobs   gpus  seconds  jobs/s  sacct calls  KB/GPU-hour (timeline only)")
+        print(f"template job {template}; host {args.host}; {args.repeat} run(s) each")
+        print(
+            "| jobs | GPUs/job | jobs/s median (min–max) | collector CPU ms/job median | "
+            "sacct calls | load avg (1 min) | KB per GPU-hour (timelines alone) |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for n_gpus in args.gpus:
             for n in args.jobs:
-                r = run(n, n_gpus, template, args.host, Path(tmp))
+                runs = [run(n, n_gpus, template, args.host, Path(tmp)) for _ in range(args.repeat)]
+                rates = sorted(r["jobs_per_s"] for r in runs)
+                cpu = statistics.median(r["cpu_ms_per_job"] for r in runs)
+                loads = [r["load"] for r in runs]
+                r = runs[0]
                 print(
-                    f"{r['jobs']:>6} {r['gpus']:>4} {r['seconds']:>8.1f} {r['jobs_per_s']:>7.0f}"
-                    f" {r['sacct_calls']:>12} {r['kb_per_gpu_hour']:>8.2f}"
-                    f" ({r['timeline_kb_per_gpu_hour']:.2f})"
+                    f"| {n:,} | {n_gpus} | {statistics.median(rates):.0f} "
+                    f"({rates[0]:.0f}–{rates[-1]:.0f}) | {cpu:.2f} | {r['sacct_calls']} | "
+                    f"{min(loads):.1f}–{max(loads):.1f} | {r['kb_per_gpu_hour']:.2f} "
+                    f"({r['timeline_kb_per_gpu_hour']:.2f}) |",
+                    flush=True,
                 )
 
 

@@ -49,3 +49,20 @@ def test_unknown_format_version_is_a_store_error() -> None:
         codec.decode_distribution(b"\x09" + blob[1:])
     with pytest.raises(StoreError):
         codec.decode_timeline(b"")
+
+
+def test_fully_reported_columns_quantise_like_the_general_path() -> None:
+    # Columns without gaps take a shorter path through the encoder; it must give the same
+    # values (zero duty cycle included, memory rounded up to the next MiB).
+    utils = [0.0, 0.004, 0.005, 37.123, 99.996, 100.0]
+    mems = [0, 1, MIB, MIB + 1, 80 * 1024 * MIB - 1, 3]
+    powers = [0.0, 0.04, 0.05, 250.04, 699.95, 700.0]
+    points = tuple(
+        TimelinePoint(1.7e9 + 10 * i, 10.0, 1, (u,), (m,), (p,), u / 10, m)
+        for i, (u, m, p) in enumerate(zip(utils, mems, powers, strict=True))
+    )
+    got = codec.decode_timeline(codec.encode_timeline(points, 1))
+    assert [g.gpu_utilization_pct[0] for g in got] == [int(u * 100 + 0.5) / 100 for u in utils]
+    assert [g.gpu_memory_used_max_bytes[0] for g in got] == [-(-m // MIB) * MIB for m in mems]
+    assert [g.gpu_power_w[0] for g in got] == [int(p * 10 + 0.5) / 10 for p in powers]
+    assert [g.host_rss_max_bytes for g in got] == [-(-m // MIB) * MIB for m in mems]
