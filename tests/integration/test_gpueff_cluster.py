@@ -78,11 +78,21 @@ def test_completed_job_json_as_owner(idle_gpu_job: str) -> None:
 
 
 def test_other_user(idle_gpu_job: str) -> None:
+    # The cluster runs with PrivateData=jobs (slurm.conf and slurmdbd.conf): sacct hides
+    # sgtest1's job from sgtest2, and so does gpueff, which asks accounting as the caller.
+    assert _private_jobs()
+    seen = slurmtools.run_as(
+        "sgtest2", ["sacct", "-n", "-X", "-P", "-j", idle_gpu_job, "-o", "JobID"]
+    )
+    assert seen.stdout.strip() == ""
     res = _gpueff("sgtest2", idle_gpu_job)
-    if not _private_jobs():
-        pytest.xfail("the test cluster runs without PrivateData=jobs: every user sees every job")
-    assert res.returncode == 4
+    assert res.returncode == 4, res.stdout + res.stderr
     assert res.stderr.startswith(f"gpueff: job {idle_gpu_job} not found")
+    assert res.stdout == ""
+    # The owner, asking the same way, gets the report.
+    mine = _gpueff("sgtest1", idle_gpu_job)
+    assert mine.returncode == 0, mine.stderr
+    assert f"Job {idle_gpu_job}" in mine.stdout
 
 
 def test_running_job_shows_live_numbers() -> None:
