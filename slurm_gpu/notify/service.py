@@ -52,6 +52,8 @@ class MailRequest:
     job_state: str | None = None
     array_job_id: str | None = None
     array_task_id: str | None = None
+    array_task_count: int | None = None
+    """``SLURM_ARRAY_TASK_COUNT``: how many tasks a whole-array mail is about."""
 
     @classmethod
     def from_env(
@@ -66,6 +68,7 @@ class MailRequest:
             job_state=environ.get("SLURM_JOB_STATE") or None,
             array_job_id=environ.get("SLURM_ARRAY_JOB_ID") or None,
             array_task_id=environ.get("SLURM_ARRAY_TASK_ID") or None,
+            array_task_count=_count(environ.get("SLURM_ARRAY_TASK_COUNT")),
         )
 
     @property
@@ -84,6 +87,11 @@ class MailRequest:
         return bool(self.array_job_id) and (
             not self.array_task_id or bool(_WHOLE_ARRAY_RE.search(self.subject))
         )
+
+
+def _count(text: str | None) -> int | None:
+    value = (text or "").strip()
+    return int(value) if value.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +195,7 @@ class Notifier:
             return Outcome.FALLBACK
         assert req.job_id is not None
         query = req.array_job_id if req.whole_array and req.array_job_id else req.job_id
-        found = self.accounting.get_jobs([query])
-        jobs = sorted(found.values(), key=lambda j: j.job_id)
-        if not req.whole_array:
-            jobs = [j for j in jobs if j.job_id == req.job_id] or jobs[:1]
+        jobs = self._accounted(req, query)
         if not jobs or not any((j.alloc_tres.gpus or 0) > 0 for j in jobs):
             return Outcome.FALLBACK
         recipient = recipient_address(req.recipients[0], self.opts.recipient_domain)
@@ -211,6 +216,30 @@ class Notifier:
         msg = self.builder.build(reports, to=recipient, original_subject=req.subject)
         self.mailer.send(msg, [recipient])
         return Outcome.SENT
+
+    def _accounted(self, req: MailRequest, query: str) -> list[JobRecord]:
+        """The jobs the mail is about, once accounting has all of them (bounded wait).
+
+        Slurm sends the END mail the moment the job ends, while slurmdbd is still being told
+        about it: on the test cluster the first query about a three-task array that had just
+        ended returned one task with no name and no time limit. So ask again, every
+        ``poll_interval_s`` for at most ``wait_for_record_s``, until every job is settled and a
+        whole-array mail has every task (``SLURM_ARRAY_TASK_COUNT``); then use what there is.
+        """
+        from slurm_gpu.accounting.base import is_settled
+
+        deadline = self._clock() + self.opts.wait_for_record_s
+        while True:
+            found = self.accounting.get_jobs([query])
+            jobs = sorted(found.values(), key=lambda j: j.job_id)
+            if not req.whole_array:
+                jobs = [j for j in jobs if j.job_id == req.job_id] or jobs[:1]
+            complete = bool(jobs) and all(is_settled(j) for j in jobs)
+            if req.whole_array and req.array_task_count is not None:
+                complete = complete and len(jobs) >= req.array_task_count
+            if complete or self._clock() + self.opts.poll_interval_s > deadline:
+                return jobs
+            self._sleep(self.opts.poll_interval_s)
 
     def flush(self) -> int:
         """Send every due digest; returns how many were sent."""

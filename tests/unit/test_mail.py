@@ -342,6 +342,70 @@ def test_whole_array_end_mail_is_one_digest(smtp: tuple[Inbox, int], tmp_path: P
     assert len(inbox.received) == 1
 
 
+class LateAccounting(FakeAccounting):
+    """Accounting that learns about the jobs late: call N sees ``snapshots[N]`` (the last one
+    from then on), as slurmdbd does right after a job ended."""
+
+    def __init__(self, snapshots: Sequence[Sequence[JobRecord]]) -> None:
+        super().__init__(snapshots[0])
+        self.snapshots = [list(s) for s in snapshots]
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        self.jobs = self.snapshots[min(self.calls, len(self.snapshots) - 1)]
+        return super().get_jobs(job_ids)
+
+
+def test_whole_array_mail_waits_until_accounting_has_every_task(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    inbox, port = smtp
+    tasks = _tasks(3)
+    # Seen live: the first query after a 3-task array ended returned one unsettled task.
+    early = F.job(
+        job_id="3002",
+        job_id_display="2999_2",
+        array_job_id="2999",
+        array_task_id="2",
+        job_name="allocation",
+        state="RUNNING",
+        end_s=None,
+        time_limit_s=None,
+    )
+    clock = Clock()
+    n = notifier(port, [], tmp_path, clock=clock)
+    n.accounting = acc = LateAccounting([[early], [tasks[2]], tasks])
+    req = end_request(
+        "3002",
+        subject="Slurm Array Summary Job_id=2999_* (2999) Name=train-resnet Ended",
+        SLURM_ARRAY_JOB_ID="2999",
+        SLURM_ARRAY_TASK_ID="2",
+        SLURM_ARRAY_TASK_COUNT="3",
+    )
+    assert n.handle(req) is Outcome.SENT
+    assert acc.calls == 3 and clock.t == pytest.approx(1006.0)
+    text = inbox.received[0].message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "3 jobs ended" in text and "2999_0" in text and "allocation" not in text
+
+
+def test_single_mail_waits_for_settled_accounting_but_not_forever(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    inbox, port = smtp
+    unsettled = F.job(state="COMPLETED", end_s=None)
+    clock = Clock()
+    n = notifier(port, [], tmp_path, clock=clock)
+    n.accounting = acc = LateAccounting([[unsettled], [unsettled], [F.job()]])
+    assert n.handle(end_request()) is Outcome.SENT
+    assert acc.calls == 3
+    # Never settled: after wait_for_record_s the mail goes out with what accounting has.
+    clock2 = Clock()
+    n2 = notifier(port, [], tmp_path / "2", clock=clock2)
+    n2.accounting = acc2 = LateAccounting([[unsettled]])
+    assert n2.handle(end_request()) is Outcome.SENT
+    assert acc2.calls == 11 and clock2.t == pytest.approx(1030.0)  # every 3 s for 30 s
+    assert len(inbox.received) == 2
+
+
 def test_burst_of_task_mails_is_throttled_into_one_digest(
     smtp: tuple[Inbox, int], tmp_path: Path
 ) -> None:
