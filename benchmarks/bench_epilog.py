@@ -16,7 +16,9 @@ Target: <= 0.3 s for both job lengths. Prints a Markdown section for docs/perfor
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,7 @@ INTERVAL_S = 10.0
 HOST = "bench"
 
 SERVE = """
+import os
 import sys
 from slurm_gpu.aggregate import NodeAggregator
 from slurm_gpu.sampler import Sampler, SamplerOptions, _signal_waiter
@@ -55,7 +58,8 @@ state, offset, notes = read_state(s.paths.state)
 s.agg = NodeAggregator.from_state(state)
 s.open_spool()
 print("ready", flush=True)
-sys.exit(0 if s.run(wait) else 1)
+status = 0 if s.run(wait) else 1
+os._exit(status)  # as the real sampler: no interpreter teardown once sealed
 """
 
 
@@ -139,7 +143,65 @@ def start_sampler(tmp: Path, paths: JobSpool, uuids: list[str]) -> subprocess.Po
     return proc
 
 
+def one_round(tmp: Path, cfg: Path, uuids: list[str], label: str, readings: int, k: int) -> dict:
+    settings = load_settings(str(cfg))
+    # Normal path, timed inside the epilog's own function.
+    job = str(100_000 * k + 1000 + readings)
+    paths, _build_s = prepare(tmp, job, readings, uuids)
+    proc = start_sampler(tmp, paths, uuids)
+    t0 = time.perf_counter()
+    outcome = stop_sampler(paths, 3.0)
+    stop_s = time.perf_counter() - t0
+    proc.wait()
+    record = read_record(paths.record)
+    assert outcome == "stopped" and record.complete, outcome
+    assert record.gpus[0].samples > readings
+    record_kb = os.path.getsize(paths.record) / 1024
+    # The whole epilog process, on the same kind of sampler.
+    job2 = str(100_000 * k + 2000 + readings)
+    paths2, _ = prepare(tmp, job2, readings, uuids)
+    proc2 = start_sampler(tmp, paths2, uuids)
+    env = {
+        "SLURM_GPU_CONFIG": str(cfg),
+        "SLURM_JOB_ID": job2,
+        "SLURMD_NODENAME": HOST,
+        "PATH": "/usr/bin:/bin",
+        # Passed through so that a checkout given by PYTHONPATH measures its own epilog.
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+    }
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "slurm_gpu.hooks", "epilog"], env=env, check=True)
+    whole_s = time.perf_counter() - t0
+    proc2.wait(timeout=10)
+    assert read_record(paths2.record).complete
+    assert read_record(paths2.record).gpus[0].samples > readings
+    # Recovery path: sampler dead, seal from checkpoint + tail.
+    job3 = str(100_000 * k + 3000 + readings)
+    paths3, _ = prepare(tmp, job3, readings, uuids)
+    t0 = time.perf_counter()
+    recover_record(paths3, settings, "sampler_killed")
+    recover_s = time.perf_counter() - t0
+    rec3 = read_record(paths3.record)
+    assert not rec3.complete and rec3.gpus[0].samples == readings + 6
+    return {
+        "stop": stop_s,
+        "whole": whole_s,
+        "recover": recover_s,
+        "record_kb": record_kb,
+        "state_kb": os.path.getsize(paths3.state) / 1024,
+        "load": os.getloadavg()[0],
+    }
+
+
+def _ms(values: list[float]) -> str:
+    v = sorted(values)
+    return f"{statistics.median(v) * 1e3:.0f} ({v[0] * 1e3:.0f}–{v[-1] * 1e3:.0f}) ms"
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="rounds per job length")
+    args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -149,62 +211,30 @@ def main() -> None:
             f'[paths]\nspool_dir = "{tmp}/spool"\nlog_file = "{tmp}/bench.log"\n'
             f'[telemetry]\nbackend = "virtual"\nvirtual_dir = "{tmp}/vgpu"\n'
         )
-        settings = load_settings(str(cfg))
         for label, readings in (("5-minute", 30), ("7-day", 60_480)):
-            # Normal path, timed inside the epilog's own function.
-            job = str(1000 + readings)
-            paths, build_s = prepare(tmp, job, readings, uuids)
-            proc = start_sampler(tmp, paths, uuids)
-            t0 = time.perf_counter()
-            outcome = stop_sampler(paths, 3.0)
-            stop_s = time.perf_counter() - t0
-            proc.wait()
-            record = read_record(paths.record)
-            assert outcome == "stopped" and record.complete, outcome
-            assert record.gpus[0].samples > readings
-            record_kb = os.path.getsize(paths.record) / 1024
-            # The whole epilog process, on the same kind of sampler.
-            job2 = str(2000 + readings)
-            paths2, _ = prepare(tmp, job2, readings, uuids)
-            proc2 = start_sampler(tmp, paths2, uuids)
-            env = {
-                "SLURM_GPU_CONFIG": str(cfg),
-                "SLURM_JOB_ID": job2,
-                "SLURMD_NODENAME": HOST,
-                "PATH": "/usr/bin:/bin",
-            }
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "slurm_gpu.hooks", "epilog"], env=env, check=True)
-            whole_s = time.perf_counter() - t0
-            proc2.wait(timeout=10)
-            assert read_record(paths2.record).complete
-            assert read_record(paths2.record).gpus[0].samples > readings
-            # Recovery path: sampler dead, seal from checkpoint + tail.
-            job3 = str(3000 + readings)
-            paths3, _ = prepare(tmp, job3, readings, uuids)
-            t0 = time.perf_counter()
-            recover_record(paths3, settings, "sampler_killed")
-            recover_s = time.perf_counter() - t0
-            rec3 = read_record(paths3.record)
-            assert not rec3.complete and rec3.gpus[0].samples == readings + 6
-            state_kb = os.path.getsize(paths3.state) / 1024
-            rows.append((label, readings, build_s, stop_s, whole_s, recover_s, record_kb, state_kb))
+            runs = [one_round(tmp, cfg, uuids, label, readings, k) for k in range(args.repeat)]
+            rows.append((label, readings, runs))
     print("## Epilog: stop and seal (`benchmarks/bench_epilog.py`)\n")
     print(
-        f"{GPUS} virtual GPUs, 10 s interval. Aggregates built by feeding every reading; "
-        '"stop + seal" is SIGTERM until the sampler has sealed from memory; "epilog process" '
-        "is the whole `python -m slurm_gpu.hooks epilog` (interpreter start-up and configuration "
-        'included); "recovery" seals from the checkpoint plus 6 spool lines.\n'
+        f"{GPUS} virtual GPUs, 10 s interval, {args.repeat} rounds per job length: median "
+        "(min–max). Aggregates built by feeding every reading; "
+        '"stop + seal" is SIGTERM until the sampler has sealed from memory and exited; '
+        '"epilog process" is the whole `python -m slurm_gpu.hooks epilog` (interpreter '
+        'start-up and configuration included); "recovery" seals from the checkpoint plus 6 '
+        "spool lines.\n"
     )
     print(
         "| job | readings | stop + seal | epilog process | recovery from checkpoint | "
-        "record | checkpoint | target |"
+        "record | checkpoint | load avg (1 min) | target |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for label, n, _build, stop_s, whole_s, rec_s, rec_kb, st_kb in rows:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, n, runs in rows:
+        loads = [r["load"] for r in runs]
         print(
-            f"| {label} | {n:,} | {stop_s * 1e3:.0f} ms | {whole_s * 1e3:.0f} ms | "
-            f"{rec_s * 1e3:.0f} ms | {rec_kb:.0f} KiB | {st_kb:.0f} KiB | ≤ 300 ms |"
+            f"| {label} | {n:,} | {_ms([r['stop'] for r in runs])} | "
+            f"{_ms([r['whole'] for r in runs])} | {_ms([r['recover'] for r in runs])} | "
+            f"{runs[0]['record_kb']:.0f} KiB | {runs[0]['state_kb']:.0f} KiB | "
+            f"{min(loads):.1f}–{max(loads):.1f} | ≤ 300 ms |"
         )
     print()
 

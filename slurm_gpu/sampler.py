@@ -22,7 +22,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -424,4 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # The epilog waits for this process to be gone: once the record is sealed and the log
+    # flushed, skip the interpreter's teardown (module cleanup, a final collection).
+    logging.shutdown()
+    os._exit(status)

@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,20 @@ from slurm_gpu.recordcodec import (
 )
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, NodeRecord
 
+# Paths, atomic writes and pid files live in ``spoolpaths`` (light, for the epilog); they are
+# re-exported here so that ``slurm_gpu.spool`` stays the one module the other parts import.
+from slurm_gpu.spoolpaths import _JOB_ID_RE, _write_all
+from slurm_gpu.spoolpaths import FILE_MODE as FILE_MODE
+from slurm_gpu.spoolpaths import JOB_DIR_MODE as JOB_DIR_MODE
+from slurm_gpu.spoolpaths import LIVE_MODE as LIVE_MODE
+from slurm_gpu.spoolpaths import JobSpool as JobSpool
+from slurm_gpu.spoolpaths import check_hostname as check_hostname
+from slurm_gpu.spoolpaths import check_job_id as check_job_id
+from slurm_gpu.spoolpaths import process_start_ticks as process_start_ticks
+from slurm_gpu.spoolpaths import read_pidfile as read_pidfile
+from slurm_gpu.spoolpaths import write_atomic as write_atomic
+from slurm_gpu.spoolpaths import write_pidfile as write_pidfile
+
 SPOOL_SCHEMA = "slurm-gpu/spool"
 SPOOL_VERSION = 1
 RECORD_SCHEMA = "slurm-gpu/node-record"
@@ -48,116 +61,6 @@ RECORD_VERSION = 2
 RECORD_VERSIONS_READ = (1, 2)
 STATE_SCHEMA = "slurm-gpu/sampler-state"
 STATE_VERSION = 1
-
-JOB_DIR_MODE = 0o711
-FILE_MODE = 0o600
-LIVE_MODE = 0o400
-
-_JOB_ID_RE = re.compile(r"^[0-9]+$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def check_job_id(job_id: str) -> str:
-    """A raw Slurm job id (digits only), so it is safe as a directory name."""
-    if not _JOB_ID_RE.match(job_id):
-        raise SpoolFormatError(
-            f"not a raw Slurm job id: {job_id!r}", hint="use JobIDRaw, digits only"
-        )
-    return job_id
-
-
-def check_hostname(hostname: str) -> str:
-    if not _HOST_RE.match(hostname) or ".." in hostname:
-        raise SpoolFormatError(f"unusable host name: {hostname!r}")
-    return hostname
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpool:
-    """Paths of one job's spool files on one host."""
-
-    spool_dir: str
-    job_id: str
-    hostname: str
-
-    def __post_init__(self) -> None:
-        check_job_id(self.job_id)
-        check_hostname(self.hostname)
-
-    @property
-    def job_dir(self) -> str:
-        return os.path.join(self.spool_dir, self.job_id)
-
-    def _file(self, suffix: str) -> str:
-        return os.path.join(self.job_dir, f"{self.hostname}{suffix}")
-
-    @property
-    def jsonl(self) -> str:
-        return self._file(".jsonl")
-
-    @property
-    def pid(self) -> str:
-        return self._file(".pid")
-
-    @property
-    def state(self) -> str:
-        return self._file(".state")
-
-    @property
-    def record(self) -> str:
-        return self._file(".record")
-
-    @property
-    def live(self) -> str:
-        return self._file(".live.json")
-
-    def create_dir(self) -> None:
-        """Create ``<spool_dir>`` and the job dir, both 0711 and root-owned.
-
-        0711 (traversable, not listable) lets a job's owner open the one file meant for them,
-        ``<host>.live.json``, without seeing which other jobs exist; everything else is 0600.
-        """
-        if not os.path.isdir(self.spool_dir):
-            os.makedirs(self.spool_dir, mode=JOB_DIR_MODE, exist_ok=True)
-            os.chmod(self.spool_dir, JOB_DIR_MODE)  # makedirs' mode is filtered by the umask
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(self.job_dir, JOB_DIR_MODE)
-        os.chmod(self.job_dir, JOB_DIR_MODE)
-
-
-# --------------------------------------------------------------------------- atomic files
-
-
-def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, uid: int | None = None) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory, fsync, rename.
-
-    Readers see the old file or the new one, never a part. ``uid`` chowns the file (root only).
-    Raises ``OSError``.
-    """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            _write_all(fd, data)
-            if uid is not None:
-                os.fchown(fd, uid, -1)
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 # --------------------------------------------------------------------------- spool lines
@@ -464,42 +367,6 @@ def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
         return dict(body["aggregates"]), int(body["offset"]), [str(n) for n in body["notes"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise SpoolFormatError(f"{path}: bad checkpoint: {exc}") from None
-
-
-# --------------------------------------------------------------------------- pid file
-
-
-def process_start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); with
-    the pid it identifies a process even after the pid is reused. ``None`` if gone."""
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    end = text.rfind(b")")
-    try:
-        return int(text[end + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return None
-
-
-def write_pidfile(path: str, pid: int) -> None:
-    """Write ``<pid> <start ticks>`` atomically, root 0600."""
-    start = process_start_ticks(pid)
-    write_atomic(path, f"{pid} {start if start is not None else '-'}\n".encode())
-
-
-def read_pidfile(path: str) -> tuple[int, int | None] | None:
-    """(pid, start ticks or None) from a pid file; ``None`` if missing or unparsable."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            parts = fh.read().split()
-        pid = int(parts[0])
-        start = int(parts[1]) if len(parts) > 1 and parts[1] != "-" else None
-    except (OSError, ValueError, IndexError, UnicodeDecodeError):
-        return None
-    return (pid, start) if pid > 1 else None
 
 
 # --------------------------------------------------------------------------- live summary

@@ -14,30 +14,30 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from slurm_gpu.aggregate import NodeAggregator
-from slurm_gpu.config import Settings
-from slurm_gpu.errors import SpoolFormatError
 from slurm_gpu.hooks.common import JobEnv, is_alive, read_cmdline
-from slurm_gpu.hooks.prolog import owner_file
-from slurm_gpu.records import GpuInfo
-from slurm_gpu.sampler import CMDLINE_MARKER
-from slurm_gpu.spool import (
-    JobSpool,
-    iter_readings,
-    process_start_ticks,
-    read_header,
-    read_pidfile,
-    read_state,
-    write_record,
-)
+from slurm_gpu.spoolpaths import JobSpool, owner_file, process_start_ticks, read_pidfile
+
+if TYPE_CHECKING:
+    from slurm_gpu.config import Settings
+
+# The normal path (stop the sampler, which seals) imports neither the records, the
+# aggregator nor the spool codecs: slurmd waits for the epilog before the node takes the next
+# job. ``recover_record`` imports them when a record must be rebuilt.
 
 log = logging.getLogger("slurm_gpu.hooks.epilog")
 
 POLL_S = 0.01
+#: Longest single wait on the sampler's pidfd before looking at /proc again.
+PIDFD_WAIT_S = 0.1
+#: What the sampler's command line holds (``slurm_gpu.sampler.CMDLINE_MARKER``, not imported
+#: here to keep the epilog's imports small; a unit test checks they agree).
+CMDLINE_MARKER = "slurm_gpu.sampler"
 
 
 def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
@@ -51,9 +51,33 @@ def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
     return any(a == "--job-id" and b == job_id for a, b in itertools.pairwise(argv))
 
 
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):  # gone already, or a kernel before 5.3
+        return None
+
+
 def wait_gone(pid: int, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> bool:
-    """Poll until ``pid`` has exited (or is a zombie); True if it did within ``timeout_s``."""
+    """Wait until ``pid`` has exited (or is a zombie); True if it did within ``timeout_s``.
+
+    A pidfd wakes the wait the moment the process exits (no poll interval added to every
+    epilog); without one, /proc is polled every few milliseconds.
+    """
     deadline = clock() + timeout_s
+    fd = _pidfd(pid)
+    if fd is not None:
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while is_alive(pid):
+                left = deadline - clock()
+                if left <= 0:
+                    return False
+                poller.poll(max(1, int(min(left, PIDFD_WAIT_S) * 1000)))
+            return True
+        finally:
+            os.close(fd)
     delay = POLL_S / 4
     while is_alive(pid):
         if clock() >= deadline:
@@ -100,6 +124,11 @@ def recover_record(paths: JobSpool, settings: Settings, reason: str) -> str:
     naming the job's GPUs is sealed, so an allocated-but-unobserved GPU still reaches the
     collector. Returns what was done.
     """
+    from slurm_gpu.aggregate import NodeAggregator
+    from slurm_gpu.errors import SpoolFormatError
+    from slurm_gpu.records import GpuInfo
+    from slurm_gpu.spool import iter_readings, read_header, read_state, write_record
+
     notes = [reason, "recovered"]
     agg: NodeAggregator | None = None
     offset = 0

@@ -20,15 +20,9 @@ from slurm_gpu.config import Settings
 from slurm_gpu.hooks.common import JobEnv, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
 from slurm_gpu.spool import JobSpool, write_atomic, write_pidfile
+from slurm_gpu.spoolpaths import OWNERS_DIR, owner_file
 
 log = logging.getLogger("slurm_gpu.hooks.prolog")
-
-OWNERS_DIR = "owners"
-"""``<spool_dir>/owners/<uuid>.json``: which job and uid hold each GPU right now."""
-
-
-def owner_file(spool_dir: str, uuid: str) -> str:
-    return os.path.join(spool_dir, OWNERS_DIR, f"{safe(uuid, 128)}.json")
 
 
 def write_ownership(paths: JobSpool, env: JobEnv, uuids: Sequence[str]) -> None:

@@ -273,3 +273,38 @@ def test_spool_files_carry_slurms_node_name(site: dict[str, object]) -> None:
     run_hook(site, "epilog", "112", SLURMD_NODENAME="gpu-node7")
     assert read_record(paths.record).hostname == "gpu-node7"
     assert JobEnv.from_environ({"SLURMD_NODENAME": "../x"}).spool_hostname() == short_hostname()
+
+
+def test_epilog_names_the_samplers_command_line_marker() -> None:
+    from slurm_gpu.hooks import epilog
+    from slurm_gpu.sampler import CMDLINE_MARKER
+
+    assert epilog.CMDLINE_MARKER == CMDLINE_MARKER
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_wait_gone_returns_when_the_process_exits(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_gpu.hooks import epilog
+
+    if not pidfd:
+        monkeypatch.setattr(epilog, "_pidfd", lambda pid: None)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    try:
+        assert not epilog.wait_gone(proc.pid, 0.05)  # still running: times out
+        assert epilog.wait_gone(proc.pid, 10.0)  # a zombie counts as gone
+    finally:
+        proc.kill()
+        proc.wait()
+    assert epilog.wait_gone(proc.pid, 1.0)  # reaped: gone at once
+
+
+def test_epilog_normal_path_does_not_import_the_record_codecs() -> None:
+    code = (
+        "import sys, slurm_gpu.hooks.epilog, slurm_gpu.config;"
+        "print(sorted(m for m in ('slurm_gpu.records', 'slurm_gpu.aggregate',"
+        " 'slurm_gpu.recordcodec', 'slurm_gpu.spool') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
