@@ -1,8 +1,9 @@
 """``gpueff``: how well did my job use its GPUs, and what should I ask for next time.
 
-Runs as the calling user. Every job is first looked up in Slurm accounting *as that user*, so
-Slurm's ``PrivateData`` decides what is visible; only then are the store (ended jobs) or the
-live spool (running jobs) read. Exit codes are listed in ``docs/cli.md``.
+Runs as the calling user. A job is shown only when Slurm accounting, asked *as that user*,
+returns it, so Slurm's ``PrivateData`` decides what is visible; the one exception is the
+caller's own settled job found in the store, which Slurm always shows its owner, so asking
+adds nothing (``userreport.service.answer_from_store``). Exit codes: ``docs/cli.md``.
 
 Kept light on purpose: the store, the spool and the accounting adapter are imported only when
 a job needs them, and nothing here imports pandas or matplotlib.
@@ -24,6 +25,8 @@ from slurm_gpu.errors import UsageError
 
 #: Context-settings key tests use to inject (accounting, reader) in place of the real ones.
 BACKENDS_KEY = "gpueff_backends"
+#: Context-settings key tests use to stand in for the caller's real uid (``os.getuid()``).
+CALLER_UID_KEY = "gpueff_caller_uid"
 
 
 def _parse_since(text: str, now_s: float) -> float:
@@ -86,10 +89,15 @@ def _run(
         )
     settings, accounting, reader = _backends(ctx, config_path)
     min_elapsed_s = settings.gpueff.min_elapsed_s
-    # Accounting is asked first (in the background: it is the slowest step), the store read
-    # and the renderer's set-up happen while it answers; nothing is shown before it did.
+    # The caller's own settled jobs are answered from the store alone (Slurm shows users
+    # their own jobs); for every other id accounting is asked in the background (the slowest
+    # step) while the store is read and the renderer set up; nothing is shown before it
+    # answered.
     if job_ids:
-        pending: Any = service.start_lookup(job_ids, accounting, reader)
+        # The real uid, not the effective one: the owner fast path must not widen what a
+        # set-uid wrapper could see (none is needed or shipped; this keeps it so).
+        caller_uid = (ctx.obj or {}).get(CALLER_UID_KEY, os.getuid())
+        pending: Any = service.start_lookup(job_ids, accounting, reader, caller_uid=caller_uid)
     else:
         import getpass
 
@@ -109,8 +117,13 @@ def _run(
         from slurm_gpu.userreport.terminal import TerminalRenderer
 
         use_colour = _use_colour(colour)
-        renderer = TerminalRenderer(colour=use_colour, template_dir=settings.gpueff.template_dir)
-        renderer.prepare()
+        renderer = TerminalRenderer(
+            colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True
+        )
+        if getattr(pending, "asked_accounting", True):
+            # Load the templates while accounting answers; without a wait, only the one
+            # template the output needs is loaded, when it is needed.
+            renderer.prepare()
 
     if not job_ids:
         reports = pending.finish(min_elapsed_s=min_elapsed_s)

@@ -326,18 +326,23 @@ def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
     return Telemetry(gpus=tuple(lines), live=True, updated_s=max(updated) if updated else None)
 
 
-def findings_wording(override_dir: str = "") -> Wording:
+def findings_wording(override_dir: str = "", *, cache: bool = False) -> Wording:
     """Wording of stored or fresh findings from ``templates/findings/<CODE>.j2`` (a site's
     ``override_dir`` first). A code without a template falls back to its name, so a newer
-    analysis never breaks an older site's templates."""
+    analysis never breaks an older site's templates. With ``cache``, compiled templates are
+    kept in ``templating.compiled_cache()``.
+
+    Imports the analysis package's wording and finding tables only, not the engine."""
     import jinja2
 
     from slurm_gpu.analysis import wording as words
     from slurm_gpu.analysis.findings import CODES, PROFILERS, Code
-    from slurm_gpu.userreport.templating import BUILTIN_DIR
+    from slurm_gpu.userreport.templating import BUILTIN_DIR, compiled_cache
 
     paths = [p for p in (override_dir, str(BUILTIN_DIR / "findings")) if p]
     env = words.environment(jinja2.FileSystemLoader(paths))
+    if cache:
+        env.bytecode_cache = compiled_cache()
 
     def word(finding: Any) -> tuple[str, str]:
         code = str(getattr(finding.code, "value", finding.code))

@@ -34,29 +34,72 @@ def open_store_reader(url: str) -> Any:
 
 
 def make_accounting(settings: Settings) -> Any:
-    """The configured accounting source, asking as the calling user."""
-    from slurm_gpu.accounting import open_accounting
+    """The configured accounting source, asking as the calling user, opened at first use."""
+    return LazyAccounting(settings)
 
-    return open_accounting(settings)
+
+class LazyAccounting:
+    """``AccountingSource`` that opens the configured source at its first call.
+
+    ``gpueff`` on the caller's own settled job never asks accounting (``service``'s owner
+    path), so it should not pay for importing the adapter (``subprocess``, the parser) either.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._source: Any = None
+        self.name: str = settings.accounting.backend
+
+    def _open(self) -> Any:
+        if self._source is None:
+            from slurm_gpu.accounting import open_accounting
+
+            self._source = open_accounting(self._settings)
+        return self._source
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """See ``AccountingSource.get_jobs``."""
+        jobs: dict[str, JobRecord] = self._open().get_jobs(job_ids)
+        return jobs
+
+    def jobs_between(
+        self, start_s: float, end_s: float, users: Sequence[str] | None = None
+    ) -> list[JobRecord]:
+        """See ``AccountingSource.jobs_between``."""
+        jobs: list[JobRecord] = self._open().jobs_between(start_s, end_s, users)
+        return jobs
 
 
 class StoreAndSpoolReader:
     """``TelemetryReader`` over the store (ended jobs) and the live spool (running jobs).
 
-    It also reads ahead (``prefetch``, ``prefetch_user``) while accounting is asked; what it
-    read ahead is only returned by ``final`` for a job accounting returned.
+    ``read_stored`` reads the stored jobs an id may name, so that ``service`` can decide
+    whether the store alone answers (the caller's own settled job); ``prefetch`` and
+    ``prefetch_user`` read ahead and word the findings while accounting is asked. What was
+    read is only returned by ``final``, for a job the service decided to report.
     """
 
-    def __init__(self, settings: Settings, *, spark_points: int = adapter.SPARK_POINTS) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        spark_points: int = adapter.SPARK_POINTS,
+        cache_templates: bool = False,
+    ) -> None:
         self._settings = settings
         self._spark_points = spark_points
+        self._cache_templates = cache_templates
         self._store: Any = None
         self._wording: adapter.Wording | None = None
+        self._read: set[str] = set()
+        self._stored: dict[str, Any] = {}
         self._ahead: dict[str, Telemetry] = {}
 
     def _words(self) -> adapter.Wording:
         if self._wording is None:
-            self._wording = adapter.findings_wording(self._settings.gpueff.template_dir)
+            self._wording = adapter.findings_wording(
+                self._settings.gpueff.template_dir, cache=self._cache_templates
+            )
         return self._wording
 
     def _open_store(self) -> Any:
@@ -65,23 +108,48 @@ class StoreAndSpoolReader:
         return self._store
 
     def _keep(self, stored: Sequence[Any]) -> None:
-        words = self._words()
         for s in stored:
-            self._ahead[s.job.job_id] = adapter.telemetry_from_stored(
-                s, words, spark_points=self._spark_points
-            )
+            self._stored[s.job.job_id] = s
+
+    def _word_all(self) -> None:
+        words = self._words()
+        for job_id, s in self._stored.items():
+            if job_id not in self._ahead:
+                self._ahead[job_id] = adapter.telemetry_from_stored(
+                    s, words, spark_points=self._spark_points
+                )
+
+    def _read_ids(self, ids: Sequence[str]) -> None:
+        todo = [i for i in dict.fromkeys(ids) if i not in self._read]
+        if not todo:
+            return
+        store = self._open_store()
+        if hasattr(store, "jobs_for_ids"):
+            self._keep(store.jobs_for_ids(todo, timelines=True))
+        else:  # SQLAlchemy store: the plain ids (opening it already overlapped the import)
+            found = (store.get_job(i, timelines=True) for i in todo if i.isdigit())
+            self._keep([s for s in found if s is not None])
+        self._read.update(todo)
+
+    def read_stored(self, queries: Sequence[str]) -> tuple[JobRecord, ...]:
+        """The stored jobs these accounting queries may name (their stored accounting). Best
+        effort: ``()`` when the store cannot be read; ``final`` raises the error if it
+        matters."""
+        try:
+            self._read_ids(queries)
+        except Exception:  # the accounting path follows, and final() reports the error
+            self._stored.clear()
+            return ()
+        return tuple(s.job for s in self._stored.values())
 
     def prefetch(self, ids: Sequence[str]) -> None:
         """Read and word the stored jobs these accounting queries may name. Best effort: an
         error is left for ``final`` to raise, if a job accounting returns needs the store."""
         try:
-            store = self._open_store()
-            if hasattr(store, "jobs_for_ids"):
-                self._keep(store.jobs_for_ids(ids, timelines=True))
-            else:  # SQLAlchemy store: the plain ids (opening it already overlapped the import)
-                found = (store.get_job(i, timelines=True) for i in ids if i.isdigit())
-                self._keep([s for s in found if s is not None])
+            self._read_ids(ids)
+            self._word_all()
         except Exception:  # read-ahead only: final() raises the error if it matters
+            self._stored.clear()
             self._ahead.clear()
 
     def prefetch_user(self, user: str, since_s: float, until_s: float, limit: int) -> None:
@@ -91,7 +159,9 @@ class StoreAndSpoolReader:
             store = self._open_store()
             if hasattr(store, "user_jobs"):
                 self._keep(store.user_jobs(user, since_s, until_s, limit=limit, timelines=True))
+                self._word_all()
         except Exception:  # read-ahead only: final() raises the error if it matters
+            self._stored.clear()
             self._ahead.clear()
 
     def final(self, job: JobRecord) -> Telemetry | None:
@@ -99,10 +169,14 @@ class StoreAndSpoolReader:
         ahead = self._ahead.get(job.job_id)
         if ahead is not None:
             return ahead
-        stored = self._open_store().get_job(job.job_id, timelines=True)
+        stored = self._stored.get(job.job_id)
+        if stored is None:
+            stored = self._open_store().get_job(job.job_id, timelines=True)
         if stored is None:
             return None
-        return adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
+        tel = adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
+        self._ahead[job.job_id] = tel
+        return tel
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job on every node readable; ``None`` if none."""
@@ -129,5 +203,5 @@ class StoreAndSpoolReader:
 
 
 def make_reader(settings: Settings) -> StoreAndSpoolReader:
-    """The reader ``gpueff`` uses outside tests."""
-    return StoreAndSpoolReader(settings)
+    """The reader ``gpueff`` uses outside tests (compiled finding templates cached)."""
+    return StoreAndSpoolReader(settings, cache_templates=True)

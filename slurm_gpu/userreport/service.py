@@ -5,18 +5,27 @@ plug in fakes:
 
 - ``AccountingSource`` (``slurm_gpu.accounting.base``) answers as the *calling* user, so Slurm's
   ``PrivateData`` decides what that user may see. A job accounting does not return is "not
-  found", and nothing about it is read from the store or the spool.
+  found", and nothing about it is shown.
 - ``TelemetryReader`` returns what is known about a job's GPUs: the final, stored part for an
   ended job, or the live spool summary for a running one.
 
-Overlap. Accounting (one ``sacct`` process, 0.1-0.3 s) and the store read are independent, so
-``start_lookup``/``start_recent`` ask accounting in a background thread and, meanwhile, let a
-reader that can (``prefetch``) read the store and word the findings. Nothing read that way
-reaches a report until ``finish`` has accounting's answer: only jobs accounting returned to
-the calling user are reported. A thread rather than a ``Popen`` inside ``SacctSource``: it
-works for every ``AccountingSource`` (pyslurm, the fakes of the tests) without changing the
-seam, and ``sacct``'s batching, timeout and error mapping stay on their one code path; the
-thread waits on the child's pipes with the GIL released, and ``sacct`` itself is another
+Owner fast path. Slurm always shows users their own jobs (``PrivateData`` hides only other
+users' jobs), and a settled job's accounting no longer changes. So when the store holds the
+very job an id names, owned by the calling uid (not root) and settled, accounting would add
+nothing: ``start_lookup`` reads the store first (a few milliseconds) and asks accounting only
+for the ids the store cannot answer that way (``answer_from_store``; ``docs/gpueff.md``, "Who
+can see what").
+
+Overlap. Accounting (one ``sacct`` process, 0.1-0.3 s) and the rest of the work are
+independent, so ``start_lookup``/``start_recent`` ask accounting in a background thread and,
+meanwhile, let a reader that can (``prefetch``) read the store and word the findings. Nothing
+read that way reaches a report until ``finish`` has accounting's answer: only jobs accounting
+returned to the calling user (or the owner path answered) are reported.
+
+A thread rather than a ``Popen`` inside ``SacctSource``: it works for every
+``AccountingSource`` (pyslurm, the fakes of the tests) without changing the seam, and
+``sacct``'s batching, timeout and error mapping stay on their one code path; the thread waits
+on the child's pipes with the GIL released, and ``sacct`` itself is another
 process, so both really run at once.
 """
 
@@ -27,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from slurm_gpu.accounting.base import AccountingSource
+from slurm_gpu.accounting.base import AccountingSource, is_settled
 from slurm_gpu.accounting.jobids import parse_job_id
 from slurm_gpu.errors import JobNotFoundError
 from slurm_gpu.records import JobRecord
@@ -49,6 +58,16 @@ class TelemetryReader(Protocol):
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summary of a running job; ``None`` when not readable."""
+        ...
+
+
+class StoreFirst(Protocol):
+    """What a reader may add to ``TelemetryReader`` so the store can answer before accounting."""
+
+    def read_stored(self, queries: Sequence[str]) -> Sequence[JobRecord]:
+        """The stored (ended, collected) jobs these accounting queries (``1234``, ``1234_7``)
+        may name, with their accounting as stored. Best effort: ``()`` when the store cannot
+        be read (``final`` raises the error if a job accounting returns needs the store)."""
         ...
 
 
@@ -136,27 +155,78 @@ def _task_order(job: JobRecord) -> tuple[int, str]:
     return (int(task) if task.isdigit() else -1, job.job_id)
 
 
+def answer_from_store(
+    typed: str, stored: Sequence[JobRecord], caller_uid: int | None
+) -> JobRecord | None:
+    """The stored job that answers the id ``typed`` exactly as accounting would, or ``None``
+    when accounting must be asked.
+
+    Accounting adds nothing, and may be skipped, only when all of these hold:
+
+    - the caller is a known, ordinary uid (root takes the accounting path like everyone who
+      looks at a job that is not theirs);
+    - the id names one job or one array task or het component, and the store holds exactly
+      that one job for it. A plain id that is an array or a het job is not answered: the
+      store holds only the collected GPU tasks, accounting knows all of them;
+    - the stored job belongs to the caller (its ``uid``): Slurm shows every user their own
+      jobs whatever ``PrivateData`` says;
+    - its stored accounting is settled (``is_settled``: a final state, end time and TRES
+      known), so asking again could not give a newer answer.
+    """
+    if caller_uid is None or caller_uid == 0:
+        return None
+    parsed = parse_job_id(typed)
+    if parsed.array_task is not None and not parsed.array_task.isdigit():
+        return None  # a range of tasks: only accounting knows which exist
+    matches = [j for j in stored if _matches(typed, j)]
+    if len(matches) != 1:
+        return None
+    (job,) = matches
+    if (
+        parsed.array_task is None
+        and parsed.het_offset is None
+        and (job.job_id != parsed.job or job.array_job_id is not None or job.het_job_id is not None)
+    ):
+        return None
+    if job.uid is None or job.uid != caller_uid or not is_settled(job):
+        return None
+    return job
+
+
 class PendingLookup:
-    """A lookup whose accounting query runs while the caller does other work."""
+    """A lookup whose accounting query (if one was needed) runs while the caller does other
+    work."""
 
     def __init__(
         self,
         ids: Sequence[str],
-        asked: _InBackground[dict[str, JobRecord]],
+        answered: dict[str, JobRecord],
+        asked: _InBackground[dict[str, JobRecord]] | None,
         reader: TelemetryReader,
     ) -> None:
         self._ids = list(ids)
+        self._answered = answered
         self._asked = asked
         self._reader = reader
 
+    @property
+    def asked_accounting(self) -> bool:
+        """Whether accounting was asked (``False``: the store answered every id)."""
+        return self._asked is not None
+
     def finish(self, *, min_elapsed_s: float) -> Lookup:
-        """Wait for accounting, then build reports for what it returned. Raises
-        ``AccountingError`` when accounting cannot be asked."""
-        found = self._asked.result()
+        """Wait for accounting, then build reports for what it (or, for the caller's own
+        settled jobs, the store) returned. Raises ``AccountingError`` when accounting cannot
+        be asked."""
+        found = self._asked.result() if self._asked is not None else {}
         groups: list[tuple[str, tuple[JobReport, ...]]] = []
         missing: list[str] = []
         for typed in self._ids:
-            jobs = sorted((j for j in found.values() if _matches(typed, j)), key=_task_order)
+            own = self._answered.get(typed)
+            if own is not None:
+                jobs = [own]
+            else:
+                jobs = sorted((j for j in found.values() if _matches(typed, j)), key=_task_order)
             if not jobs:
                 missing.append(typed)
                 continue
@@ -166,16 +236,33 @@ class PendingLookup:
 
 
 def start_lookup(
-    ids: Sequence[str], accounting: AccountingSource, reader: TelemetryReader
+    ids: Sequence[str],
+    accounting: AccountingSource,
+    reader: TelemetryReader,
+    *,
+    caller_uid: int | None = None,
 ) -> PendingLookup:
-    """Ask accounting about the ids as typed (in the background) and, meanwhile, let the
-    reader read ahead. Raises ``UsageError`` for a malformed id, before anything starts."""
+    """Answer the ids as typed: from the store where ``answer_from_store`` allows it (a reader
+    with ``read_stored`` and the caller's real ``caller_uid``), else by asking accounting in
+    the background while the reader reads ahead. Raises ``UsageError`` for a malformed id,
+    before anything starts."""
     queries = [parse_job_id(i).query for i in ids]
-    asked = _InBackground(lambda: accounting.get_jobs(queries))
+    answered: dict[str, JobRecord] = {}
+    read_stored = getattr(reader, "read_stored", None)
+    if caller_uid is not None and caller_uid != 0 and read_stored is not None:
+        stored = read_stored(queries)
+        for typed in ids:
+            job = answer_from_store(typed, stored, caller_uid)
+            if job is not None:
+                answered[typed] = job
+    rest = list(dict.fromkeys(q for t, q in zip(ids, queries, strict=True) if t not in answered))
+    if not rest:
+        return PendingLookup(ids, answered, None, reader)
+    asked = _InBackground(lambda: accounting.get_jobs(rest))
     prefetch = getattr(reader, "prefetch", None)
     if prefetch is not None:
-        prefetch(queries)
-    return PendingLookup(ids, asked, reader)
+        prefetch(rest)
+    return PendingLookup(ids, answered, asked, reader)
 
 
 def lookup(
@@ -184,10 +271,12 @@ def lookup(
     reader: TelemetryReader,
     *,
     min_elapsed_s: float,
+    caller_uid: int | None = None,
 ) -> Lookup:
     """Reports for the ids as typed. Raises ``UsageError`` for a malformed id,
     ``AccountingError`` when accounting cannot be asked."""
-    return start_lookup(ids, accounting, reader).finish(min_elapsed_s=min_elapsed_s)
+    pending = start_lookup(ids, accounting, reader, caller_uid=caller_uid)
+    return pending.finish(min_elapsed_s=min_elapsed_s)
 
 
 def not_found_error(missing: Sequence[str]) -> JobNotFoundError:

@@ -58,8 +58,9 @@ def _severity_style(severity: str) -> str:
 class TerminalRenderer:
     """Renders reports through ``templates/gpueff`` (or a site's override directory)."""
 
-    def __init__(self, *, colour: bool, template_dir: str = "") -> None:
-        self._env = environment("gpueff", override_dir=template_dir)
+    def __init__(self, *, colour: bool, template_dir: str = "", cache: bool = False) -> None:
+        """``cache``: keep compiled templates in ``templating.compiled_cache()``."""
+        self._env = environment("gpueff", override_dir=template_dir, cache=cache)
         self._c = colourer(colour)
 
     def prepare(self) -> None:

@@ -32,7 +32,7 @@ from slurm_gpu.userreport.readers import StoreAndSpoolReader
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "sacct" / "contract_jobs.txt"
-HEAVY = ("sqlalchemy", "pandas", "matplotlib", "pynvml")
+HEAVY = ("sqlalchemy", "pandas", "matplotlib", "pynvml", "slurm_gpu.analysis.engine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +199,47 @@ def test_a_gpueff_run_over_a_sqlite_store_imports_nothing_heavy(tmp_path: Path) 
     assert result["code"] == 0, out + proc.stderr
     assert 'Job 2 "gpu1"' in out and "node1:1" in out  # the stored GPUs were read and shown
     assert result["heavy"] == []
+
+
+def test_the_owner_path_runs_no_sacct_and_imports_no_accounting_adapter(tmp_path: Path) -> None:
+    """The caller's own settled job: no sacct process, no accounting adapter imported. The
+    probe stands in for sgtest1 by replacing ``os.getuid`` (it runs as root here)."""
+    recorded = parse_sacct_output(RECORDED.read_bytes()).jobs["2"]
+    assert recorded.uid is not None and recorded.uid != 0
+    _store(tmp_path, recorded)
+    marker = tmp_path / "sacct-ran"
+    sacct = tmp_path / "sacct"
+    sacct.write_text(f"#!/bin/sh\ntouch {marker}\nexec cat {RECORDED}\n")
+    sacct.chmod(0o755)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[paths]\nstate_dir = "{tmp_path}"\nspool_dir = "{tmp_path / "spool"}"\n'
+        f'[accounting]\nsacct_path = "{sacct}"\n'
+        "[gpueff]\nmin_elapsed_s = 0\n"
+    )
+    probe = (
+        "import json, os, sys\n"
+        f"os.getuid = lambda: {recorded.uid}\n"
+        "from slurm_gpu.cli.gpueff import main\n"
+        f"sys.argv = ['gpueff', '--no-color', '--config', {str(cfg)!r}, '2']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "mods = [m for m in sys.modules if m.startswith('slurm_gpu.accounting.')]\n"
+        "print('PROBE ' + json.dumps({'code': code, 'accounting': sorted(mods)}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    out = proc.stdout
+    result = json.loads(out.rsplit("PROBE ", 1)[1])
+    assert result["code"] == 0, out + proc.stderr
+    assert 'Job 2 "gpu1"' in out and "node1:1" in out
+    assert not marker.exists()
+    # The id parser and the settled-state rule only; no sacct adapter, no subprocess runner.
+    assert result["accounting"] == ["slurm_gpu.accounting.base", "slurm_gpu.accounting.jobids"]
+    # The sacct path, for comparison: the same run as another uid does run sacct.
+    other = probe.replace(f"lambda: {recorded.uid}", f"lambda: {recorded.uid + 1}")
+    subprocess.run([sys.executable, "-c", other], capture_output=True, timeout=120, check=False)
+    assert marker.exists()
 
 
 # ----------------------------------------------------------------- ordinary users, live writer
