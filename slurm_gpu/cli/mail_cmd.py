@@ -11,6 +11,7 @@ Also ``slurm-gpu mail --flush`` (from cron: send due digests) and ``--dry-run DI
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from typing import Any, NoReturn
@@ -97,10 +98,28 @@ def _detach() -> bool:
     if pid:
         return False
     os.setsid()
+    release_stdio()
+    return True
+
+
+def release_stdio() -> None:
+    """Point stdin, stdout and a piped stderr at /dev/null.
+
+    slurmctld reads MailProg's output through a pipe until every process holding it exits
+    (measured on 22.05): a detached child keeping that pipe would hold one of slurmctld's
+    threads for as long as it waits for the record. A stderr that the wrapper sent to a log
+    file is kept, so the child's errors still reach the log.
+    """
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
-    return True
+    try:
+        piped = not stat.S_ISREG(os.fstat(2).st_mode)
+    except OSError:
+        piped = True
+    if piped:
+        os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 @click.command("mail", context_settings={"ignore_unknown_options": False})
