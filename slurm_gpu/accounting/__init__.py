@@ -6,13 +6,17 @@ Only the composition roots call ``open_accounting``; everything else takes an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from slurm_gpu.accounting.base import AccountingSource, is_settled
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import ConfigError
 
 
-def open_accounting(settings: Settings) -> AccountingSource:
-    """The accounting source named by ``accounting.backend``.
+def open_accounting(settings: Settings, *, omit: Iterable[str] = ()) -> AccountingSource:
+    """The accounting source named by ``accounting.backend``. ``omit``: fields the caller does
+    not need (``sacct.OMITTABLE``), left out of ``sacct`` queries because they cost time; the
+    pyslurm backend gets them at no cost and ignores it.
 
     Raises ``AccountingError`` when the pyslurm backend is chosen but pyslurm is missing.
     """
@@ -21,7 +25,10 @@ def open_accounting(settings: Settings) -> AccountingSource:
         from slurm_gpu.accounting.sacct import SacctSource
 
         return SacctSource(
-            sacct_path=acc.sacct_path, timeout_s=acc.timeout_s, batch_size=acc.batch_size
+            sacct_path=acc.sacct_path,
+            timeout_s=acc.timeout_s,
+            batch_size=acc.batch_size,
+            omit=omit,
         )
     if acc.backend == "pyslurm":
         from slurm_gpu.accounting.pyslurm_source import PyslurmSource

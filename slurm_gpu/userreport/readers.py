@@ -43,6 +43,7 @@ class LazyAccounting:
 
     ``gpueff`` on the caller's own settled job never asks accounting (``service``'s owner
     path), so it should not pay for importing the adapter (``subprocess``, the parser) either.
+    It asks without the fields the report does not show (``QOS``).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -54,7 +55,8 @@ class LazyAccounting:
         if self._source is None:
             from slurm_gpu.accounting import open_accounting
 
-            self._source = open_accounting(self._settings)
+            # QOS: not in the report, and naming it costs sacct a slurmdbd table request.
+            self._source = open_accounting(self._settings, omit=("QOS",))
         return self._source
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
