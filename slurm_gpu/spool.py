@@ -115,10 +115,25 @@ def decode_header(line: bytes) -> SpoolHeader:
         raise SpoolFormatError(f"bad spool header: {exc}") from None
 
 
+#: GpuSample fields a spool line carries (uuid and time come from the header and the line),
+#: with their defaults: a field at its default is left out.
+_SAMPLE_FIELDS = tuple(
+    (f.name, f.default) for f in dataclasses.fields(GpuSample) if f.name not in ("uuid", "time_s")
+)
+_HOST_FIELDS = tuple(f.name for f in dataclasses.fields(HostSample) if f.name != "time_s")
+
+
 def _sample_dict(sample: GpuSample) -> dict[str, Any]:
-    d: dict[str, Any] = to_jsonable(sample, omit_defaults=True)
-    d.pop("uuid", None)
-    d.pop("time_s", None)
+    # Written for every GPU at every reading: a flat loop instead of the generic encoder
+    # (tuples of numbers go to json as they are).
+    d: dict[str, Any] = {}
+    for name, default in _SAMPLE_FIELDS:
+        value = getattr(sample, name)
+        if value is default or value == default:
+            continue
+        if name == "processes":
+            value = [to_jsonable(p, omit_defaults=True) for p in value]
+        d[name] = value
     return d
 
 
@@ -126,9 +141,7 @@ def encode_reading(time_s: float, gpus: Sequence[GpuSample], host: HostSample | 
     """One spool line (with its newline). GPU samples must follow the header's GPU order."""
     body: dict[str, Any] = {"t": time_s, "g": [_sample_dict(s) for s in gpus]}
     if host is not None:
-        h = to_jsonable(host)
-        del h["time_s"]
-        body["h"] = h
+        body["h"] = {name: getattr(host, name) for name in _HOST_FIELDS}
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
