@@ -21,7 +21,7 @@ import gpueff_factory as F
 import pytest
 from click.testing import CliRunner
 
-from slurm_gpu.accounting.sacct import parse_sacct_output
+from slurm_gpu.accounting.sacct import DELIM, FIELDS, parse_sacct_output, split_records
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import JobNotFoundError
@@ -167,9 +167,20 @@ def test_a_job_accounting_hides_is_read_ahead_but_never_shown(
     assert "not found" in res.output
 
 
-def _fake_sacct(directory: Path) -> Path:
+def _recorded_without_qos(directory: Path) -> Path:
+    """The recorded sacct output as gpueff asks for it: every field but QOS."""
+    records, skipped = split_records(RECORDED.read_text())
+    assert records and not skipped
+    lean = [[v for f, v in zip(FIELDS, rec, strict=True) if f != "QOS"] for rec in records]
+    path = directory / "recorded-lean.txt"
+    path.write_text("".join(DELIM.join(rec) + "\n" for rec in lean))
+    return path
+
+
+def _fake_sacct(directory: Path, *, marker: Path | None = None) -> Path:
     script = directory / "sacct"
-    script.write_text(f"#!/bin/sh\nexec cat {RECORDED}\n")
+    touch = f"touch {marker}\n" if marker is not None else ""
+    script.write_text(f"#!/bin/sh\n{touch}exec cat {_recorded_without_qos(directory)}\n")
     script.chmod(0o755)
     return script
 
@@ -208,9 +219,7 @@ def test_the_owner_path_runs_no_sacct_and_imports_no_accounting_adapter(tmp_path
     assert recorded.uid is not None and recorded.uid != 0
     _store(tmp_path, recorded)
     marker = tmp_path / "sacct-ran"
-    sacct = tmp_path / "sacct"
-    sacct.write_text(f"#!/bin/sh\ntouch {marker}\nexec cat {RECORDED}\n")
-    sacct.chmod(0o755)
+    sacct = _fake_sacct(tmp_path, marker=marker)
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         f'[paths]\nstate_dir = "{tmp_path}"\nspool_dir = "{tmp_path / "spool"}"\n'
