@@ -4,8 +4,11 @@ then reported as their owner and as another ordinary user."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -93,6 +96,55 @@ def test_other_user(idle_gpu_job: str) -> None:
     mine = _gpueff("sgtest1", idle_gpu_job)
     assert mine.returncode == 0, mine.stderr
     assert f"Job {idle_gpu_job}" in mine.stdout
+
+
+@pytest.fixture()
+def counted_sacct() -> Iterator[tuple[Path, Path]]:
+    """(config, log): the cluster's slurm-gpu config with ``sacct`` behind a wrapper that
+    logs each call (as whichever user runs it) before running the real one."""
+    real = shutil.which("sacct")
+    assert real is not None
+    base = Path(tempfile.mkdtemp(prefix="gpueff-sacct-"))
+    try:
+        base.chmod(0o755)
+        log = base / "calls.log"
+        log.touch(mode=0o666)
+        log.chmod(0o666)  # whatever the umask: every user appends to it
+        wrapper = base / "sacct"
+        wrapper.write_text(f'#!/bin/sh\nid -un >> {log}\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+        text = slurmtools.slurm_gpu_config_path().read_text()
+        assert "[accounting]" not in text
+        config = base / "slurm-gpu.toml"
+        config.write_text(f'{text}\n[accounting]\nsacct_path = "{wrapper}"\n')
+        config.chmod(0o644)
+        yield config, log
+    finally:
+        shutil.rmtree(base)
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().split()
+
+
+def test_owner_report_runs_no_sacct(idle_gpu_job: str, counted_sacct: tuple[Path, Path]) -> None:
+    config, log = counted_sacct
+    gpueff = str(slurmtools.venv_python().parent / "gpueff")
+    own = slurmtools.run_as("sgtest1", [gpueff, "--config", str(config), idle_gpu_job])
+    assert f"Job {idle_gpu_job}" in own.stdout and "(final" in own.stdout
+    assert _calls(log) == []  # the owner's settled, collected job: the store alone
+    # The same job as JSON: from the store for its owner, from sacct for root; the same.
+    mine = slurmtools.run_as("sgtest1", [gpueff, "--config", str(config), "--json", idle_gpu_job])
+    roots = slurmtools.run_as(None, [gpueff, "--config", str(config), "--json", idle_gpu_job])
+    assert _calls(log) == ["root"]
+    assert json.loads(mine.stdout) == json.loads(roots.stdout)
+    # Another user asks sacct, which (PrivateData=jobs) does not return the job: exit 4.
+    other = slurmtools.run_as(
+        "sgtest2", [gpueff, "--config", str(config), idle_gpu_job], check=False
+    )
+    assert _calls(log) == ["root", "sgtest2"]
+    assert other.returncode == 4 and other.stdout == ""
+    assert other.stderr.startswith(f"gpueff: job {idle_gpu_job} not found")
 
 
 def test_running_job_shows_live_numbers() -> None:
