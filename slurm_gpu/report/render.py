@@ -31,6 +31,16 @@ def _num(value: float | int | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def gh(value: float | None) -> str:
+    """GPU-hours with enough digits to tell small numbers apart (a test cluster's jobs last
+    seconds; a site's weeks hold thousands of hours)."""
+    if value is None or math.isnan(value):
+        return "–"
+    size = abs(value)
+    digits = 1 if size >= 10 or size == 0 else 2 if size >= 0.1 else 3
+    return f"{value:,.{digits}f}"
+
+
 def _pct(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f} %"
 
@@ -149,6 +159,7 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
 def _filters() -> dict[str, Callable[..., Any]]:
     return {
         "num": _num,
+        "gh": gh,
         "pct": _pct,
         "date": _date,
         "datetime": _datetime,

@@ -21,7 +21,7 @@ from slurm_gpu.cli.admin import cli
 from slurm_gpu.report.aggregate import ReportOptions, build_report
 from slurm_gpu.report.jsonout import FORMAT, render_json
 from slurm_gpu.report.model import REPORT_SCHEMA_VERSION, WeeklyReport
-from slurm_gpu.report.render import change, render_html, render_text
+from slurm_gpu.report.render import change, gh, render_html, render_text
 from slurm_gpu.store.store import Store
 
 SECTIONS = (
@@ -114,7 +114,17 @@ def test_headline_numbers_are_on_the_page(report: WeeklyReport) -> None:
     assert f"{h.gpu_hours_wasted:,.1f}" in html
     assert f"{h.duty_cycle_weighted_pct:.1f} %" in html
     for c in report.causes:
-        assert f"{c.gpu_hours_wasted:,.1f}" in html
+        assert f">{gh(c.gpu_hours_wasted)}<" in html
+
+
+def test_gpu_hours_keep_small_numbers_apart() -> None:
+    assert [gh(v) for v in (0.0, 0.0042, 0.25, 7.5, 1234.56)] == [
+        "0.0",
+        "0.004",
+        "0.25",
+        "7.50",
+        "1,234.6",
+    ]
 
 
 def test_change_wording() -> None:
