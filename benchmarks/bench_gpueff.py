@@ -1,40 +1,71 @@
 """Wall time of ``gpueff JOBID`` next to ``seff JOBID`` on the same completed job, same run.
 
-Usage (as the job's owner, or root)::
+Usage (as root, on the cluster host; ``--user`` names the job's owner)::
 
-    python benchmarks/bench_gpueff.py --job 1234 [--seff /path/to/seff] [--runs 15]
+    python benchmarks/bench_gpueff.py --job 1234 [--seff /path/to/seff] [--runs 21]
         [--config /var/lib/slurm-gpu-testcluster/slurm-gpu.toml] [--user sgtest1]
 
 ``seff`` is Slurm's contribs/seff/seff (Debian: from the slurm-wlm source package; it needs
-libslurm-perl and libslurmdb-perl). The two commands run alternately so that both see the same
-slurmdbd and page-cache conditions; the table gives min / median / max wall seconds, plus the
-startup floor of ``gpueff --version``, the ``sacct`` call gpueff makes timed alone (its lower
-bound: gpueff waits for it), and the heavy modules ``gpueff`` imports for the job.
+libslurm-perl and libslurmdb-perl). The commands run alternately so that all see the same
+slurmdbd and page-cache conditions; the table gives min / median / max wall seconds for:
+``gpueff JOBID`` as the owner (the store alone answers: no sacct), ``seff JOBID``, ``gpueff
+JOBID`` as root (root always asks sacct: the path every non-owner takes), the interpreter
+floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version`` (interpreter, click
+and settings), and the ``sacct`` call gpueff makes on the sacct path, timed alone. It also
+counts the sacct processes the owner's run starts (``strace``, when installed) and lists the
+heavy modules it imports.
+
+The package's byte code is compiled first (as root): an ordinary user cannot write
+``__pycache__`` in a root-owned checkout, and would otherwise compile every changed module on
+every run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
 
 
-def _timed(argv: list[str], user: str | None) -> tuple[float, int]:
+def _timed(argv: list[str], user: str | None) -> tuple[float, int, float]:
+    """(wall seconds, exit code, CPU seconds of the command and its children)."""
     full = ["runuser", "-u", user, "--", *argv] if user else argv
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(full, capture_output=True, check=False, cwd="/")
-    return time.perf_counter() - start, proc.returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, proc.returncode, cpu
 
 
 def _stats(values: list[float]) -> str:
     return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
+
+
+def _sacct_runs(argv: list[str], user: str | None) -> str:
+    """How many ``sacct`` processes one run of ``argv`` starts (``strace -f``), or ``n/a``."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return "n/a (no strace)"
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp).chmod(0o777)
+        trace = Path(tmp) / "trace"
+        cmd = [strace, "-f", "-qq", "-e", "trace=execve", "-o", str(trace), *argv]
+        full = ["runuser", "-u", user, "--", *cmd] if user else cmd
+        subprocess.run(full, capture_output=True, check=False, cwd="/")
+        lines = trace.read_text().splitlines() if trace.exists() else []
+    started = [ln for ln in lines if "execve(" in ln and ln.rstrip().endswith("= 0")]
+    return str(sum(1 for ln in started if '/sacct"' in ln.split(",", 1)[0]))
 
 
 def _heavy_imports(argv: list[str], user: str | None) -> list[str]:
@@ -56,42 +87,58 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", required=True)
     ap.add_argument("--seff", default=shutil.which("seff"))
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--config", default=os.environ.get("SLURM_GPU_CONFIG", ""))
-    ap.add_argument("--user", default=None, help="run both commands as this user")
+    ap.add_argument("--user", default=None, help="the job's owner; both commands run as them")
     args = ap.parse_args()
     if not args.seff:
         ap.error("seff not found: pass --seff PATH")
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(repo / "slurm_gpu")], check=True)
     gpueff = [str(VENV_BIN / "gpueff")]
     if args.config:
         gpueff += ["--config", args.config]
     g_argv = [*gpueff, args.job]
     s_argv = ["perl", args.seff, args.job]
-    for argv in (g_argv, s_argv):  # warm the page cache and check both work
-        _, rc = _timed(argv, args.user)
+    for argv, user in ((g_argv, args.user), (s_argv, args.user), (g_argv, None)):
+        _, rc, _ = _timed(argv, user)  # warm the caches and check that each works
         if rc != 0:
             print(f"{' '.join(argv)} exited {rc}", file=sys.stderr)
             return 1
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from slurm_gpu.accounting.sacct import SACCT_ENV, build_argv
+    sys.path.insert(0, str(repo))
+    from slurm_gpu.accounting.sacct import SACCT_ENV, build_argv, fields_without
 
     env_argv = ["env", *(f"{k}={v}" for k, v in SACCT_ENV.items())]
-    a_argv = [*env_argv, *build_argv(shutil.which("sacct") or "sacct", job_ids=[args.job])]
-    g_times, s_times, v_times, a_times = [], [], [], []
+    sacct = shutil.which("sacct") or "sacct"
+    lean = fields_without(("QOS",))
+    a_argv = [*env_argv, *build_argv(sacct, job_ids=[args.job], fields=lean)]
+    python = str(VENV_BIN / "python")
+    rows: dict[str, tuple[list[str], str | None]] = {
+        "`gpueff JOBID` (owner: from the store)": (g_argv, args.user),
+        "`seff JOBID`": (s_argv, args.user),
+        "`gpueff JOBID` as root (asks sacct)": (g_argv, None),
+        "`python -c pass`": ([python, "-c", "pass"], args.user),
+        "`python -S -c pass`": ([python, "-S", "-c", "pass"], args.user),
+        "`gpueff --version`": ([*gpueff, "--version"], args.user),
+        "`sacct` as gpueff calls it (no QOS), alone": (a_argv, args.user),
+    }
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    cpus: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.runs):
-        g_times.append(_timed(g_argv, args.user)[0])
-        s_times.append(_timed(s_argv, args.user)[0])
-        v_times.append(_timed([*gpueff, "--version"], args.user)[0])
-        a_times.append(_timed(a_argv, args.user)[0])
-    print(f"job {args.job}, {args.runs} runs each, alternating; wall seconds min / median / max")
-    print("| command | wall s (min / median / max) |")
-    print("|---|---|")
-    print(f"| `gpueff JOBID` | {_stats(g_times)} |")
-    print(f"| `seff JOBID` | {_stats(s_times)} |")
-    print(f"| `gpueff --version` (startup floor) | {_stats(v_times)} |")
-    print(f"| `sacct` as gpueff calls it, alone | {_stats(a_times)} |")
-    ratio = statistics.median(g_times) / statistics.median(s_times)
-    print(f"median ratio gpueff/seff: {ratio:.2f}")
+        for name, (argv, user) in rows.items():
+            wall, _, cpu = _timed(argv, user)
+            times[name].append(wall)
+            cpus[name].append(cpu)
+    print(f"job {args.job}, {args.runs} runs each, alternating")
+    print("| command | wall s (min / median / max) | CPU s (median) |")
+    print("|---|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {_stats(values)} | {statistics.median(cpus[name]):.3f} |")
+    owner = statistics.median(times["`gpueff JOBID` (owner: from the store)"])
+    ratio = owner / statistics.median(times["`seff JOBID`"])
+    print(f"median ratio gpueff (owner) / seff: {ratio:.2f}")
+    print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
+    print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     print(
         f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}"
     )
