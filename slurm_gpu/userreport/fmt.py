@@ -57,7 +57,8 @@ def energy(joules: float | None) -> str:
         return f"{wh / 1000:.3g} kWh"
     if wh >= 1:
         return f"{wh:.3g} Wh"
-    return f"{joules:.3g} J"
+    # Fixed-point: "%.3g" would print 2200 J as "2.2e+03 J".
+    return f"{joules:.0f} J" if joules >= 10 else f"{joules:.3g} J"
 
 
 def hours(value: float | None) -> str:
