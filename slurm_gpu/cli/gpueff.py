@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -46,14 +45,6 @@ def _parse_since(text: str, now_s: float) -> float:
         f"--since {text!r} is not a date",
         hint="use YYYY-MM-DD, YYYY-MM-DDTHH:MM, or a relative 3d, 12h, 2w",
     )
-
-
-def _use_colour(flag: bool | None) -> bool:
-    if flag is not None:
-        return flag
-    if os.environ.get("NO_COLOR"):
-        return False
-    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
 def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, Any]:
@@ -114,9 +105,10 @@ def _run(
     renderer = None
     use_colour = False
     if not as_json:
+        from slurm_gpu.userreport import output
         from slurm_gpu.userreport.terminal import TerminalRenderer
 
-        use_colour = _use_colour(colour)
+        use_colour = output.use_colour(colour)
         renderer = TerminalRenderer(
             colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True
         )
@@ -146,17 +138,8 @@ def _run(
         click.echo(json.dumps(document(flat, found.missing), indent=2))
     else:
         assert renderer is not None
-        first = True
-        for typed, group in found.groups:
-            if not first:
-                click.echo("")
-            first = False
-            if len(group) == 1:
-                click.echo(renderer.report(group[0]), nl=False, color=use_colour)
-            else:
-                click.echo(f"Array {typed}: {len(group)} tasks")
-                click.echo(renderer.table(group), nl=False, color=use_colour)
-                click.echo(f"(gpueff {typed}_N shows one task in full)")
+        if found.groups:
+            click.echo(output.render_groups(renderer, found.groups), nl=False, color=use_colour)
     if found.missing:
         raise service.not_found_error(found.missing)
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, cli
 from slurm_gpu.errors import EXIT_CODES, AccountingError
 from slurm_gpu.records import JobRecord, Tres
-from slurm_gpu.userreport import adapter
+from slurm_gpu.userreport import adapter, output
 from slurm_gpu.userreport.jsonout import SCHEMA
 from slurm_gpu.userreport.model import FindingView, RecommendationView
 from slurm_gpu.userreport.service import Telemetry
@@ -342,13 +342,11 @@ def test_colour_forced_on_and_no_color_respected() -> None:
 
 
 def test_no_color_env_wins_even_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_gpu.cli import gpueff
-
     monkeypatch.setattr("sys.stdout.isatty", lambda: True, raising=False)
     monkeypatch.setenv("TERM", "xterm")
-    assert gpueff._use_colour(None) is True
+    assert output.use_colour(None) is True
     monkeypatch.setenv("NO_COLOR", "1")
-    assert gpueff._use_colour(None) is False
+    assert output.use_colour(None) is False
 
 
 def test_job_name_cannot_inject_terminal_escapes() -> None:

@@ -1,0 +1,98 @@
+"""gpueff's click-free entry point: it answers only the owner's stored, settled single jobs,
+prints exactly what the full command prints, and steps aside in every other case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gpueff_factory as F
+import pytest
+from test_gpueff_owner import SGTEST1, SGTEST2, NeverAsked, _gpueff, _store
+
+from slurm_gpu.cli import gpueff_entry
+
+
+@pytest.fixture
+def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _store(tmp_path, F.job())
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n[gpueff]\nmin_elapsed_s = 30\n')
+    monkeypatch.setenv("SLURM_GPU_CONFIG", str(cfg))
+    monkeypatch.setenv("NO_COLOR", "1")
+    return tmp_path
+
+
+def as_uid(monkeypatch: pytest.MonkeyPatch, uid: int) -> None:
+    monkeypatch.setattr(gpueff_entry.os, "getuid", lambda: uid)
+
+
+def test_owner_gets_the_same_bytes_as_the_full_command(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = _gpueff(stored, monkeypatch, NeverAsked(), SGTEST1, "1001")
+    assert full.exit_code == 0, full.output
+    as_uid(monkeypatch, SGTEST1)
+    assert gpueff_entry.fast_path(["1001"]) == full.output
+
+
+@pytest.mark.parametrize(
+    ("uid", "args"),
+    [
+        (SGTEST2, ["1001"]),  # another user's job: accounting must decide
+        (0, ["1001"]),  # root always asks accounting
+        (SGTEST1, ["999999"]),  # not in the store
+        (SGTEST1, ["--json", "1001"]),  # options take the full path
+        (SGTEST1, ["1001-1003"]),  # not a plain id
+        (SGTEST1, []),  # a listing
+    ],
+)
+def test_every_other_case_takes_the_full_path(
+    stored: Path, monkeypatch: pytest.MonkeyPatch, uid: int, args: list[str]
+) -> None:
+    as_uid(monkeypatch, uid)
+    assert gpueff_entry.fast_path(args) is None
+
+
+def test_a_config_option_is_honoured(stored: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = stored / "config.toml"
+    monkeypatch.delenv("SLURM_GPU_CONFIG")
+    as_uid(monkeypatch, SGTEST1)
+    out = gpueff_entry.fast_path(["--config", str(config), "1001"])
+    assert out is not None and 'Job 1001 "train-resnet"' in out
+    assert gpueff_entry.fast_path(["--config", str(stored / "missing.toml"), "1001"]) is None
+
+
+def test_debug_takes_the_full_path(stored: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    as_uid(monkeypatch, SGTEST1)
+    monkeypatch.setenv("SLURM_GPU_DEBUG", "1")
+    assert gpueff_entry.fast_path(["1001"]) is None
+
+
+def test_a_broken_config_takes_the_full_path_which_reports_it(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (stored / "config.toml").write_text("[gpueff\n")
+    as_uid(monkeypatch, SGTEST1)
+    assert gpueff_entry.fast_path(["1001"]) is None
+
+
+def test_the_entry_does_not_import_click_on_the_fast_path(stored: Path) -> None:
+    """Run in a fresh interpreter: the point of the entry is what it does not import."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from slurm_gpu.cli import gpueff_entry\n"
+        f"os.getuid = lambda: {SGTEST1}\n"
+        "out = gpueff_entry.fast_path(['1001'])\n"
+        "assert out and 'Job 1001' in out, out\n"
+        "print(sorted(m for m in ('click', 'sqlalchemy', 'pandas') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "SLURM_GPU_CONFIG": str(stored / "config.toml"), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
