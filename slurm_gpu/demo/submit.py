@@ -15,6 +15,7 @@ from pathlib import Path
 
 from slurm_gpu.errors import SlurmGpuError, SpoolFormatError, UsageError
 from slurm_gpu.records import GpuSummary, HostSummary, NodeRecord
+from slurm_gpu.resources import data_dir
 from slurm_gpu.spool import list_sealed, read_record
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -27,7 +28,7 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 def default_scripts_dir() -> Path:
     """``share/demo`` of a source checkout (the package lives beside it)."""
-    return Path(__file__).resolve().parents[2] / "share" / "demo"
+    return data_dir("share") / "demo"
 
 
 @dataclass(frozen=True, slots=True)

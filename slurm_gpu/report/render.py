@@ -20,9 +20,10 @@ from markupsafe import Markup
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.report import charts
 from slurm_gpu.report.model import CAUSES, REPORT_SCHEMA_VERSION, Headline, WeeklyReport
+from slurm_gpu.resources import data_dir
 
 #: The project's built-in templates (``<repo>/templates/report``).
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+BUILTIN_DIR = data_dir("templates") / "report"
 
 
 def _num(value: float | int | None, digits: int = 1) -> str:

@@ -15,10 +15,11 @@ from typing import Any
 import jinja2
 
 from slurm_gpu.errors import ConfigError
+from slurm_gpu.resources import data_dir
 from slurm_gpu.userreport import fmt
 
 #: The project's built-in templates (``<repo>/templates``).
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "templates"
+BUILTIN_DIR = data_dir("templates")
 
 
 def filters() -> dict[str, Callable[..., Any]]:
