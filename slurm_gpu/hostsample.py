@@ -11,7 +11,7 @@ Three methods, probed in this order and recorded in every ``HostSample.method``:
     ``blkio/.../blkio.throttle.io_service_bytes``.
 ``proc``
     When Slurm tracks processes without cgroups (``proctrack/linuxproc``): the processes whose
-    environment holds ``SLURM_JOB_ID=<id>``, summing ``/proc/<pid>/stat``, ``statm`` and ``io``.
+    environment holds ``SLURM_JOB_ID=<id>``, summing ``/proc/<pid>/stat`` and ``io``.
     Counters are kept monotonic when processes exit (see ``ProcHostSampler``).
 
 Nothing here raises for one unreadable file: a value that cannot be read is ``None``.

@@ -21,6 +21,7 @@ import struct
 import zlib
 from array import array
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from slurm_gpu.errors import StoreError
@@ -89,11 +90,10 @@ def _uq(raw: int, scale: float, none: int) -> float | None:
 
 def _column(points: Sequence[TimelinePoint], attr: str, gpu_count: int) -> list[tuple[Any, ...]]:
     """Per-GPU columns of a per-GPU tuple attribute, padded with ``None``."""
-    rows = [getattr(p, attr) for p in points]
-    padded = [
-        r if len(r) == gpu_count else (tuple(r) + (None,) * gpu_count)[:gpu_count] for r in rows
-    ]
-    return list(zip(*padded, strict=True)) if padded else [() for _ in range(gpu_count)]
+    rows = list(map(attrgetter(attr), points))
+    if set(map(len, rows)) - {gpu_count}:
+        rows = [(tuple(r) + (None,) * gpu_count)[:gpu_count] for r in rows]
+    return list(zip(*rows, strict=True)) if rows else [() for _ in range(gpu_count)]
 
 
 def _q_col(values: Sequence[float | None], scale: float, none: int, top: int) -> list[int]:

@@ -321,3 +321,20 @@ def test_pidfile_roundtrip(tmp_path: Path) -> None:
     path.write_text("garbage")
     assert read_pidfile(str(path)) is None
     assert read_pidfile(str(tmp_path / "none.pid")) is None
+
+
+def test_timeline_points_built_without_the_constructor_equal_constructed_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slurm_gpu import recordcodec
+
+    assert recordcodec._FAST_BUILD  # the fast path is the one exercised by the tests above
+    data = encode_record(make_record())
+    fast = decode_record(data)
+    monkeypatch.setattr(recordcodec, "_FAST_BUILD", False)
+    slow = decode_record(data)
+    assert fast == slow and fast.timeline == slow.timeline
+    assert [type(p) for p in fast.timeline] == [TimelinePoint] * len(slow.timeline)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.timeline[0].t_s = 0.0  # type: ignore[misc]
+    assert hash(fast.timeline[0]) == hash(slow.timeline[0])
