@@ -363,8 +363,9 @@ def write_state(path: str, aggregates: dict[str, Any], offset: int, notes: Seque
     write_atomic(path, json.dumps(body, separators=(",", ":")).encode(), mode=FILE_MODE)
 
 
-def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
-    """(aggregates, offset, notes) from a checkpoint; ``SpoolFormatError`` if bad."""
+def _read_versioned(path: str, schema: str, version: int, what: str) -> dict[str, Any]:
+    """A small JSON file of ``schema`` at ``version``; ``SpoolFormatError`` naming ``what``
+    when it is unreadable, not JSON, another kind of file or another version."""
     try:
         with open(path, "rb") as fh:
             body = json.loads(fh.read())
@@ -372,10 +373,16 @@ def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
         raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
     except ValueError as exc:
         raise SpoolFormatError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(body, dict) or body.get("schema") != STATE_SCHEMA:
-        raise SpoolFormatError(f"{path}: not a sampler checkpoint")
-    if body.get("version") != STATE_VERSION:
-        raise SpoolFormatError(f"{path}: checkpoint version {body.get('version')!r} unknown")
+    if not isinstance(body, dict) or body.get("schema") != schema:
+        raise SpoolFormatError(f"{path}: not a {what}")
+    if body.get("version") != version:
+        raise SpoolFormatError(f"{path}: {what} version {body.get('version')!r} unknown")
+    return body
+
+
+def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
+    """(aggregates, offset, notes) from a checkpoint; ``SpoolFormatError`` if bad."""
+    body = _read_versioned(path, STATE_SCHEMA, STATE_VERSION, "sampler checkpoint")
     try:
         return dict(body["aggregates"]), int(body["offset"]), [str(n) for n in body["notes"]]
     except (KeyError, TypeError, ValueError) as exc:
@@ -401,15 +408,4 @@ def write_live(path: str, summary: dict[str, Any], uid: int | None) -> None:
 
 def read_live(path: str) -> dict[str, Any]:
     """The live summary; ``SpoolFormatError`` when unreadable or of an unknown version."""
-    try:
-        with open(path, "rb") as fh:
-            body = json.loads(fh.read())
-    except OSError as exc:
-        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise SpoolFormatError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(body, dict) or body.get("schema") != LIVE_SCHEMA:
-        raise SpoolFormatError(f"{path}: not a live summary")
-    if body.get("version") != LIVE_VERSION:
-        raise SpoolFormatError(f"{path}: live summary version {body.get('version')!r} unknown")
-    return body
+    return _read_versioned(path, LIVE_SCHEMA, LIVE_VERSION, "live summary")

@@ -8,8 +8,9 @@ file first, so it must not pull in the engine (metrics, rules, history: about 20
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from slurm_gpu.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from slurm_gpu.analysis.engine import ANALYSIS_VERSION, Analysis, analyze
@@ -48,13 +49,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOMES)
 
 
 __all__ = [

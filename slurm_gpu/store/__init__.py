@@ -7,8 +7,9 @@ SQLAlchemy, which costs about 0.4 s, and ``gpueff`` reads SQLite stores through
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from slurm_gpu.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
@@ -49,13 +50,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOMES)
 
 
 def open_store(settings: Settings, *, readonly: bool = False) -> Store:
