@@ -85,6 +85,12 @@ class HooksSettings:
         "(slurm-gpu-sampler@<jobid>.service).",
         choices=("detach", "systemd"),
     )
+    reap_stale_samplers: bool = _opt(
+        True,
+        "When a job's prolog finds one of its GPUs still claimed by another job's sampler (its "
+        "epilog never reached it), stop and seal that sampler: gres GPUs are exclusive, so "
+        "that job has ended. Set false where jobs share GPUs (gres/shard, MPS).",
+    )
 
 
 @dataclass(frozen=True)

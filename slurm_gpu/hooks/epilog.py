@@ -216,6 +216,13 @@ def run_epilog(settings: Settings, env: JobEnv) -> str:
     paths = JobSpool(settings.paths.spool_dir, env.job_id, env.spool_hostname())
     if not os.path.isdir(paths.job_dir):
         return "no spool for this job on this node (no GPU); nothing to do"
+    return stop_and_seal(paths, settings)
+
+
+def stop_and_seal(paths: JobSpool, settings: Settings) -> str:
+    """Stop the job's sampler and make sure its record is sealed (by the sampler, else
+    recovered); then release its pid file and GPU ownership. Returns what was done. Used by
+    the epilog and by a later prolog that finds the job's sampler still holding a GPU."""
     try:
         stopped = stop_sampler(paths, settings.hooks.sampler_stop_timeout_s)
         if stopped == "stopped" and os.path.exists(paths.record):

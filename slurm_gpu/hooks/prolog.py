@@ -37,6 +37,35 @@ def write_ownership(paths: JobSpool, env: JobEnv, uuids: Sequence[str]) -> None:
         write_atomic(owner_file(paths.spool_dir, uuid), body)
 
 
+def reap_stale_owners(
+    settings: Settings, spool_dir: str, hostname: str, job_id: str, uuids: Sequence[str]
+) -> list[str]:
+    """Stop and seal the samplers of other jobs that still claim one of ``uuids``.
+
+    gres GPUs are given to one job at a time, so a GPU allocated to ``job_id`` that another
+    job's sampler still claims means that job ended without its epilog reaching the sampler
+    (a configuration changed mid-job, an epilog killed). Left alone, such a sampler would run
+    and write forever. Returns one line per reaped job, for the log.
+    """
+    from slurm_gpu.hooks.epilog import stop_and_seal
+
+    stale: set[str] = set()
+    for uuid in uuids:
+        try:
+            with open(owner_file(spool_dir, uuid), "rb") as fh:
+                owner = str(json.load(fh)["job_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if owner != job_id and owner.isdigit():
+            stale.add(owner)
+    done = []
+    for old in sorted(stale, key=int):
+        old_paths = JobSpool(spool_dir, old, hostname)
+        if os.path.isdir(old_paths.job_dir):
+            done.append(f"job {old}: {stop_and_seal(old_paths, settings)}")
+    return done
+
+
 def sampler_command(
     settings: Settings, env: JobEnv, uuids: Sequence[str], hostname: str
 ) -> list[str]:
@@ -143,6 +172,11 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
     hostname = env.spool_hostname()
     paths = JobSpool(settings.paths.spool_dir, env.job_id, hostname)
     paths.create_dir()
+    if settings.hooks.reap_stale_samplers:
+        for line in reap_stale_owners(
+            settings, settings.paths.spool_dir, hostname, env.job_id, resolution.uuids
+        ):
+            log.warning("GPU still claimed by an ended job; reaped its sampler: %s", line)
     write_ownership(paths, env, resolution.uuids)
     cmd = sampler_command(settings, env, resolution.uuids, hostname)
     what = f"{len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"

@@ -308,3 +308,52 @@ def test_epilog_normal_path_does_not_import_the_record_codecs() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_next_prolog_reaps_a_sampler_whose_epilog_never_came(site: dict[str, object]) -> None:
+    """Job 301's epilog never reaches its sampler; job 302 gets the same GPU, so 301 has
+    ended (gres GPUs are exclusive): 302's prolog stops and seals 301's sampler."""
+    run_hook(site, "prolog", "301", SLURM_JOB_GPUS="2")
+    old = paths_of(site, "301")
+    wait_for(old.state)
+    found = read_pidfile(old.pid)
+    assert found is not None
+    run_hook(site, "prolog", "302", SLURM_JOB_GPUS="2")
+    assert not is_our_sampler(found[0], found[1], "301"), "the stale sampler still runs"
+    assert read_record(old.record).job_id == "301"
+    assert not os.path.exists(old.pid)
+    infos = site["infos"]
+    owner = json.loads(Path(f"{site['tmp']}/spool/owners/{infos[2].uuid}.json").read_text())  # type: ignore[index]
+    assert owner["job_id"] == "302"
+    assert "job=302 GPU still claimed by an ended job; reaped its sampler: job 301" in log_text(
+        site
+    )
+    run_hook(site, "epilog", "302")
+    assert read_record(paths_of(site, "302").record).job_id == "302"
+
+
+def test_reaping_can_be_switched_off_for_shared_gpus(site: dict[str, object]) -> None:
+    cfg = Path(str(site["cfg"]))
+    cfg.write_text(cfg.read_text().replace("[hooks]\n", "[hooks]\nreap_stale_samplers = false\n"))
+    run_hook(site, "prolog", "311", SLURM_JOB_GPUS="1")
+    first = paths_of(site, "311")
+    wait_for(first.state)
+    found = read_pidfile(first.pid)
+    assert found is not None
+    run_hook(site, "prolog", "312", SLURM_JOB_GPUS="1")
+    assert is_our_sampler(found[0], found[1], "311"), "a sharing job's sampler was stopped"
+    run_hook(site, "epilog", "311")
+    run_hook(site, "epilog", "312")
+    assert read_record(first.record).job_id == "311"
+
+
+def test_a_sampler_on_other_gpus_is_left_alone(site: dict[str, object]) -> None:
+    run_hook(site, "prolog", "321", SLURM_JOB_GPUS="0")
+    first = paths_of(site, "321")
+    wait_for(first.state)
+    found = read_pidfile(first.pid)
+    assert found is not None
+    run_hook(site, "prolog", "322", SLURM_JOB_GPUS="3")
+    assert is_our_sampler(found[0], found[1], "321")
+    run_hook(site, "epilog", "322")
+    run_hook(site, "epilog", "321")
