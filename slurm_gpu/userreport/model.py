@@ -7,6 +7,7 @@ accounting source or the spool; ``slurm_gpu.userreport.adapter`` builds them. ``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -135,10 +136,14 @@ class JobReport:
 
     @property
     def cpu_efficiency_pct(self) -> float | None:
-        """CPU time used over cores × elapsed, percent; ``None`` when unknown."""
+        """CPU time used over cores × elapsed, percent, as seff computes it (the CPU time
+        rounded half up to whole seconds first); ``None`` when unknown."""
         if self.total_cpu_s is None or not self.cpus or self.elapsed_s <= 0:
             return None
-        return 100.0 * self.total_cpu_s / (self.cpus * self.elapsed_s)
+        # seff's $cput is whole seconds; unrounded, a 20 s two-core job could differ by up to
+        # 1.25 points from what seff prints for it.
+        cput = math.floor(self.total_cpu_s + 0.5)
+        return 100.0 * cput / (self.cpus * self.elapsed_s)
 
     @property
     def mem_efficiency_pct(self) -> float | None:
