@@ -6,14 +6,15 @@ Usage (as root, on the cluster host; ``--user`` names the job's owner)::
         [--config /var/lib/slurm-gpu-testcluster/slurm-gpu.toml] [--user sgtest1]
 
 ``seff`` is Slurm's contribs/seff/seff (Debian: from the slurm-wlm source package; it needs
-libslurm-perl and libslurmdb-perl). The commands run alternately so that all see the same
-slurmdbd and page-cache conditions; the table gives min / median / max wall seconds for:
-``gpueff JOBID`` as the owner (the store alone answers: no sacct), ``seff JOBID``, ``gpueff
-JOBID`` as root (root always asks sacct: the path every non-owner takes), the interpreter
-floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version`` (interpreter, click
-and settings), and the ``sacct`` call gpueff makes on the sacct path, timed alone. It also
-counts the sacct processes the owner's run starts (``strace``, when installed) and lists the
-heavy modules it imports.
+libslurm-perl and libslurmdb-perl); ``--seff`` defaults to the copy ``share/testcluster/get-seff``
+installs in ``$TC_ROOT/bin/seff`` when it is there, else to ``seff`` on the PATH. The commands run
+alternately so that all see the same slurmdbd and page-cache conditions; the table gives min /
+median / max wall seconds for: ``gpueff JOBID`` as the owner (the store alone answers: no sacct),
+``seff JOBID``, ``gpueff JOBID`` as root (root always asks sacct: the path every non-owner takes),
+the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version``
+(interpreter, click and settings), and the ``sacct`` call gpueff makes on the sacct path, timed
+alone. It also counts the sacct processes the owner's run starts (``strace``, when installed) and
+lists the heavy modules it imports.
 
 The package's byte code is compiled first (as root): an ordinary user cannot write
 ``__pycache__`` in a root-owned checkout, and would otherwise compile every changed module on
@@ -34,6 +35,8 @@ import time
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
+#: Where share/testcluster/get-seff installs seff (of the installed Slurm's version).
+TC_SEFF = Path(os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")) / "bin" / "seff"
 
 
 def _timed(argv: list[str], user: str | None) -> tuple[float, int, float]:
@@ -86,7 +89,7 @@ def _heavy_imports(argv: list[str], user: str | None) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", required=True)
-    ap.add_argument("--seff", default=shutil.which("seff"))
+    ap.add_argument("--seff", default=str(TC_SEFF) if TC_SEFF.is_file() else shutil.which("seff"))
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--config", default=os.environ.get("SLURM_GPU_CONFIG", ""))
     ap.add_argument("--user", default=None, help="the job's owner; both commands run as them")
