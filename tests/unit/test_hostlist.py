@@ -39,7 +39,12 @@ def test_huge_range_is_refused_not_expanded() -> None:
 
 @pytest.mark.parametrize(
     ("body", "ids"),
-    [("1-5", [1, 2, 3, 4, 5]), ("2-5%1", [2, 3, 4, 5]), ("1,3,7-8", [1, 3, 7, 8]), ("0-8:4", [0, 4, 8])],
+    [
+        ("1-5", [1, 2, 3, 4, 5]),
+        ("2-5%1", [2, 3, 4, 5]),
+        ("1,3,7-8", [1, 3, 7, 8]),
+        ("0-8:4", [0, 4, 8]),
+    ],
 )
 def test_expand_id_ranges(body: str, ids: list[int]) -> None:
     assert expand_id_ranges(body) == ids
