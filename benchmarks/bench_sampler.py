@@ -35,6 +35,7 @@ from slurm_gpu.telemetry.virtual import VirtualGpuSource, create_gpus
 
 GPUS = 8
 READINGS = 3000
+PAUSED_READINGS = 400
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -46,11 +47,14 @@ def fake_job(job_id: str, processes: int = 4) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["/bin/sh", "-c", script], env=env, start_new_session=True)
 
 
-def in_process(tmp: Path, with_host: bool, job: bool = True) -> tuple[float, float]:
-    """(CPU us per GPU-sample for read_once, ms per checkpoint). With the host: ``job`` runs a
-    fake job of 4 processes (the /proc method is chosen at the first reading); without it the
-    sampler keeps probing cgroups and /proc at every reading, as before a job's first
-    process appears."""
+def in_process(
+    tmp: Path, with_host: bool, job: bool = True, pause_s: float = 0.0
+) -> tuple[float, float, float]:
+    """(CPU us per GPU-sample for read_once, ms per checkpoint, share of readings that listed
+    /proc). With the host: ``job`` runs a fake job of 4 processes (the /proc method is chosen
+    at the first reading); without it the sampler keeps probing cgroups and /proc at every
+    reading, as before a job's first process appears. ``pause_s``: sleep between readings,
+    as the real sampler does (its caches go cold); the sleep's own CPU is not counted."""
     vdir = tmp / "vgpu"
     tmp.mkdir(parents=True, exist_ok=True)
     infos = create_gpus(vdir, GPUS)
@@ -75,10 +79,18 @@ def in_process(tmp: Path, with_host: bool, job: bool = True) -> tuple[float, flo
             sampler.read_once()
         if tree is not None:
             assert host is not None and host.method == "proc"
-        t0 = time.process_time()
-        for _ in range(READINGS):
+        readings = PAUSED_READINGS if pause_s else READINGS
+        proc = host._proc if host is not None else None
+        scans0 = proc.full_scans if proc is not None else 0
+        cpu = 0.0
+        for _ in range(readings):
+            t0 = time.process_time()
             sampler.read_once()
-        per_sample_us = (time.process_time() - t0) / (READINGS * GPUS) * 1e6
+            cpu += time.process_time() - t0
+            if pause_s:
+                time.sleep(pause_s)
+        per_sample_us = cpu / (readings * GPUS) * 1e6
+        scans = (proc.full_scans - scans0) / readings if proc is not None else 0.0
         t0 = time.process_time()
         for _ in range(20):
             sampler.checkpoint()
@@ -88,7 +100,7 @@ def in_process(tmp: Path, with_host: bool, job: bool = True) -> tuple[float, flo
         if tree is not None:
             os.killpg(tree.pid, signal.SIGKILL)
             tree.wait()
-    return per_sample_us, checkpoint_ms
+    return per_sample_us, checkpoint_ms, scans
 
 
 def _config(tmp: Path, vdir: Path, interval: float) -> Path:
@@ -178,6 +190,9 @@ def main() -> None:
         with_host = sorted(r[0] for r in runs)
         checkpoint_ms = statistics.median(r[1] for r in runs)
         probing = sorted(in_process(tmp / f"p{k}", True, job=False)[0] for k in range(args.repeat))
+        paused_runs = [in_process(tmp / f"s{k}", True, pause_s=0.05) for k in range(args.repeat)]
+        paused = sorted(r[0] for r in paused_runs)
+        paused_scans = statistics.median(r[2] for r in paused_runs)
         real = real_process(tmp)
     load_end = os.getloadavg()[0]
     nproc = len(os.listdir("/proc"))
@@ -205,6 +220,11 @@ def main() -> None:
     print(
         "| while no job process exists yet (cgroups and /proc probed every reading) | "
         f"{us(probing)} | — |"
+    )
+    print(
+        f"| in process, GPUs + host, {PAUSED_READINGS} readings with 50 ms sleeps between them "
+        f"(sleep not counted; /proc listed at {paused_scans:.0%} of readings) | "
+        f"{us(paused)} | ≤ 100 µs |"
     )
     print(
         f"| real sampler process, steady state ({real['steady_readings']} readings at 0.05 s, "

@@ -323,6 +323,25 @@ class ProcHostSampler:
         self._last_cpu_s = 0.0
         self._last_io = (0, 0)
         self._last_pid: int | None = None
+        # The last pid the kernel handed out when /proc was last listed (``/proc/loadavg``);
+        # ``None`` when unknown. See ``_nothing_new``.
+        self._last_created: bytes | None = None
+        self.full_scans = 0
+        """Readings that listed /proc (the others only re-read the known job processes)."""
+
+    def _last_created_pid(self) -> bytes | None:
+        """The last field of ``/proc/loadavg``: the most recently allocated pid."""
+        fd = -1
+        try:
+            fd = os.open(f"{self.proc_root}/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+            text = os.read(fd, 256)
+        except OSError:
+            return None
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        last = text.rsplit(None, 1)[-1] if text.strip() else b""
+        return last if last.isdigit() else None
 
     def _is_job_process(self, pid: int) -> bool:
         path = f"{self.proc_root}/{pid}"
@@ -341,12 +360,32 @@ class ProcHostSampler:
 
     def sample(self, now_s: float | None = None) -> HostSample:
         now = time.time() if now_s is None else now_s
+        # No pid allocated since the last listing (the kernel's last pid is unchanged) and no
+        # process waiting for its second look: no new process can have appeared, so only the
+        # job's known processes are read. Allocating any pid (fork, clone, a thread) changes
+        # it; a process that only execs keeps its pid, which is why a pending second look
+        # forces a listing. (Equal only after exactly pid_max allocations in one interval.)
+        created = self._last_created_pid()
+        if (
+            created is not None
+            and created == self._last_created
+            and not any(not m[1] and not m[2] for m in self._membership.values())
+        ):
+            present = {str(pid) for pid, _start in self._tracked}
+            present |= self._skip
+        else:
+            self.full_scans += 1
+            try:
+                present = set(os.listdir(self.proc_root))
+            except OSError:
+                present = set()
+            # Read before listing: a pid allocated in between forces the next listing.
+            self._last_created = created
+        return self._read(now, present)
+
+    def _read(self, now: float, present: set[str]) -> HostSample:
         seen: dict[tuple[int, int], _ProcState] = {}
         rss_pages = 0
-        try:
-            present = set(os.listdir(self.proc_root))
-        except OSError:
-            present = set()
         # Entries known not to be the job's are dropped in two set operations (in C), so a
         # reading costs about 0.1 us per /proc entry plus the job's own processes. A pid
         # that is gone leaves the set and is looked at afresh if it comes back. (A pid freed

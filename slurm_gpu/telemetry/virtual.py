@@ -9,6 +9,7 @@ A virtual GPU is a directory ``<virtual_dir>/<minor>/`` holding two JSON files:
     ``pci_bus_id`` and ``nvlink`` (whether NVLink counters exist).
 ``state.json``
     Rewritten atomically (temporary file + rename) by the workload driving the GPU, every tick.
+    It names its GPU (``uuid``; files written before that field existed are still read).
     Like a real device it holds *cumulative* counters, so a reader polling at any rate gets
     exact averages over its own interval: ``busy_s`` (seconds during which a kernel ran),
     ``sm_active_s`` and ``tensor_active_s`` (busy seconds weighted by the share of SMs / tensor
@@ -39,6 +40,7 @@ import contextlib
 import json
 import os
 import random
+import select
 import time
 import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
@@ -229,7 +231,7 @@ def create_gpus(
             try:
                 _read_json(state_path)
             except (OSError, ValueError):
-                _write_json_atomic(state_path, _initial_state(clock()))
+                _write_json_atomic(state_path, _initial_state(clock(), str(identity["uuid"])))
             infos.append(_info_from_identity(identity))
     except OSError as exc:
         raise TelemetryUnavailableError(
@@ -239,9 +241,10 @@ def create_gpus(
     return infos
 
 
-def _initial_state(now: float) -> dict[str, Any]:
+def _initial_state(now: float, gpu_uuid: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
+        "uuid": gpu_uuid,
         "t_s": now,
         "busy_s": 0.0,
         "sm_active_s": 0.0,
@@ -304,9 +307,10 @@ class VirtualGpuDevice:
         try:
             state = _read_json(gpu_dir / STATE_FILE)
         except (OSError, ValueError):
-            state = _initial_state(now)
-        base = _initial_state(now)
+            state = {}
+        base = _initial_state(now, self.info.uuid)
         base.update({k: v for k, v in state.items() if k in base})
+        base["uuid"] = self.info.uuid
         # Energy drawn at idle power while no workload was writing, as the device would have.
         last = float(base["t_s"]) if isinstance(base["t_s"], int | float) else now
         base["energy_mj"] = int(base["energy_mj"] or 0) + int(
@@ -449,15 +453,175 @@ class VirtualGpuDevice:
 # --------------------------------------------------------------------------- reader
 
 
-@dataclass(slots=True)
-class _Previous:
-    ref_s: float
-    busy_s: float
-    sm_active_s: float
-    tensor_active_s: float
-    energy_mj: int
-    last_sample_s: float
-    last_xid_s: float
+def _read_json_fd(path: str) -> Any:
+    """Parse a small JSON file read with one ``os.read`` (the sampler reads one per GPU per
+    reading: no file object, no Path). Raises ``OSError`` or ``ValueError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536:
+            chunks.append(os.read(fd, 65536))
+    finally:
+        os.close(fd)
+    return json.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+
+class _Gpu:
+    """What the source keeps about one GPU between readings: its files, the constants of its
+    identity (re-read only when ``identity.json`` is replaced) and the counters of the
+    previous reading."""
+
+    __slots__ = (
+        "busy_s",
+        "clock_idle",
+        "clock_max",
+        "energy_mj",
+        "gpm",
+        "identity_key",
+        "identity_path",
+        "idle_w",
+        "last_sample_s",
+        "last_xid_s",
+        "max_w",
+        "mem_clock",
+        "nvlink",
+        "ref_s",
+        "seen",
+        "sm_active_s",
+        "state_path",
+        "tensor_active_s",
+        "total",
+    )
+
+    def __init__(self, gpu_dir: Path, created_s: float) -> None:
+        self.state_path = os.path.join(gpu_dir, STATE_FILE)
+        self.identity_path = os.path.join(gpu_dir, IDENTITY_FILE)
+        self.identity_key: tuple[int, int, int] | None = None
+        self.idle_w = 0.0
+        self.max_w = 1.0
+        self.total = 0
+        self.clock_max = 0
+        self.clock_idle = 0
+        self.mem_clock: int | None = None
+        self.nvlink = False
+        self.gpm = False
+        self.seen = False  # whether a reading has been taken (the counters below are set)
+        self.ref_s = 0.0
+        self.busy_s = 0.0
+        self.sm_active_s = 0.0
+        self.tensor_active_s = 0.0
+        self.energy_mj = 0
+        self.last_sample_s = 0.0
+        self.last_xid_s = created_s
+
+    def check_identity(self, gpu_uuid: str) -> None:
+        """Re-read ``identity.json`` if it was replaced since the last look (one ``stat``);
+        ``KeyError`` if the directory now holds another GPU."""
+        st = os.stat(self.identity_path)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self.identity_key:
+            return
+        self.identity_key = None
+        identity = _read_json_fd(self.identity_path)
+        if not isinstance(identity, dict):
+            raise ValueError(f"{self.identity_path}: not a JSON object")
+        if identity.get("uuid") != gpu_uuid:
+            raise KeyError(gpu_uuid)  # the directory now holds another GPU
+        self.idle_w = float(identity.get("idle_power_w", 0.0))
+        self.max_w = float(identity.get("max_power_w", self.idle_w)) or 1.0
+        self.total = int(identity["memory_total_bytes"])
+        self.clock_max = int(identity["sm_clock_max_mhz"])
+        self.clock_idle = int(identity["sm_clock_idle_mhz"])
+        self.mem_clock = int(identity.get("memory_clock_mhz", 0)) or None
+        self.nvlink = bool(identity.get("nvlink"))
+        self.gpm = (_info_from_identity(identity).compute_capability or (0, 0)) >= (9, 0)
+        self.identity_key = key
+
+
+class _Liveness:
+    """Whether the processes listed in the state files are alive, without reading
+    ``/proc/<pid>/stat`` for each of them at every reading.
+
+    A process is checked once against its recorded start time (a reused pid is another
+    process), then watched through a pidfd, which becomes readable when the process exits:
+    one ``poll`` per reading answers for all of them. Without pidfds (old kernels) every
+    check reads ``/proc``. As on a real GPU, an exited process that is not yet reaped (a
+    zombie) is gone from the list from the next reading on.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, int | None], int] = {}
+        self._dead: set[tuple[int, int]] = set()
+        self._used: set[tuple[int, int | None]] = set()
+        self._exited: set[int] | None = None
+        self._poll = select.poll()
+
+    def begin(self) -> None:
+        """Start a reading: exits are polled again at the first check."""
+        self._exited = None
+        self._used = set()
+
+    def alive(self, entry: Mapping[str, Any]) -> bool:
+        pid = entry.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return False
+        recorded = entry.get("start_ticks")
+        if recorded is not None and not isinstance(recorded, int):
+            return _process_alive(entry)
+        key = (pid, recorded)
+        fd = self._fds.get(key)
+        if fd is not None:
+            self._used.add(key)
+            if self._exited is None:
+                self._exited = {f for f, _ev in self._poll.poll(0)}
+            if fd not in self._exited:
+                return True
+            self._forget(key)
+            if recorded is not None:
+                self._dead.add((pid, recorded))  # a (pid, start time) never comes back
+            return False
+        if recorded is not None and (pid, recorded) in self._dead:
+            self._used.add(key)
+            return False
+        alive = _process_alive(entry)
+        if alive:
+            self._watch(key, pid, recorded)
+        elif recorded is not None:
+            self._dead.add((pid, recorded))
+            self._used.add(key)
+        return alive
+
+    def _watch(self, key: tuple[int, int | None], pid: int, recorded: int | None) -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            return  # checked through /proc at every reading instead
+        # The pid may have been reused between the check and pidfd_open: check again, now
+        # that the pidfd pins the process.
+        ticks = _pid_start_ticks(pid)
+        if ticks is None or (recorded is not None and ticks != recorded):
+            os.close(fd)
+            return
+        self._fds[key] = fd
+        self._poll.register(fd, select.POLLIN)
+        self._used.add(key)
+
+    def _forget(self, key: tuple[int, int | None]) -> None:
+        fd = self._fds.pop(key)
+        self._poll.unregister(fd)
+        os.close(fd)
+
+    def end(self) -> None:
+        """End a reading: stop watching processes no state file lists any more."""
+        used = self._used
+        for key in [k for k in self._fds if k not in used]:
+            self._forget(key)
+        self._dead = {k for k in self._dead if k in used}
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self._forget(key)
+        self._dead.clear()
 
 
 class VirtualGpuSource:
@@ -469,8 +633,8 @@ class VirtualGpuSource:
         self.virtual_dir = Path(virtual_dir)
         self._clock = clock
         self._created_s = clock()
-        self._dirs: dict[str, Path] = {}
-        self._previous: dict[str, _Previous] = {}
+        self._gpus: dict[str, _Gpu] = {}
+        self._liveness = _Liveness()
         if not self.virtual_dir.is_dir():
             raise TelemetryUnavailableError(
                 f"virtual GPU directory {self.virtual_dir} does not exist",
@@ -494,93 +658,120 @@ class VirtualGpuSource:
                 info = _info_from_identity(_read_json(gpu_dir / IDENTITY_FILE))
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a broken GPU is not listed; the others are
-            self._dirs[info.uuid] = gpu_dir
+            known = self._gpus.get(info.uuid)
+            if known is None:
+                self._gpus[info.uuid] = _Gpu(gpu_dir, self._created_s)
+            elif known.state_path != os.path.join(gpu_dir, STATE_FILE):
+                # Moved to another minor number: same GPU, same counters, new files.
+                known.state_path = os.path.join(gpu_dir, STATE_FILE)
+                known.identity_path = os.path.join(gpu_dir, IDENTITY_FILE)
+                known.identity_key = None
             infos.append(info)
         return infos
 
     def sample(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
         """Read each virtual GPU once; ``available=False`` for one that vanished or is corrupt."""
-        if any(u not in self._dirs for u in uuids):
-            with contextlib.suppress(TelemetryUnavailableError):
-                self.list_gpus()
+        gpus = self._gpus
+        for u in uuids:
+            if u not in gpus:
+                with contextlib.suppress(TelemetryUnavailableError):
+                    self.list_gpus()
+                break
         now = self._clock()
         out = []
+        self._liveness.begin()
         for gpu_uuid in uuids:
             try:
-                out.append(self._sample_one(gpu_uuid, now))
+                out.append(self._sample_one(gpu_uuid, gpus[gpu_uuid], now))
             except (OSError, ValueError, KeyError, TypeError, IndexError):
                 out.append(GpuSample(uuid=gpu_uuid, time_s=now, available=False))
+        self._liveness.end()
         return out
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Stop watching processes (idempotent)."""
+        self._liveness.close()
 
-    def _sample_one(self, gpu_uuid: str, now: float) -> GpuSample:
-        gpu_dir = self._dirs[gpu_uuid]
-        identity = _read_json(gpu_dir / IDENTITY_FILE)
-        if identity.get("uuid") != gpu_uuid:
-            raise KeyError(gpu_uuid)  # the directory now holds another GPU
-        st = _read_json(gpu_dir / STATE_FILE)
+    def _sample_one(self, gpu_uuid: str, g: _Gpu, now: float) -> GpuSample:
+        st = _read_json_fd(g.state_path)
+        if not isinstance(st, dict):
+            raise ValueError(f"{g.state_path}: not a JSON object")
+        get = st.get
+        # A state written by this version names its GPU, so a directory that now holds
+        # another GPU is told without looking at identity.json; otherwise stat it.
+        owner = get("uuid")
+        if owner is not None and owner != gpu_uuid:
+            raise KeyError(gpu_uuid)
+        if owner is None or g.identity_key is None:
+            g.check_identity(gpu_uuid)
         t_file = float(st["t_s"])
         fresh = now - t_file <= STALE_AFTER_S
-        idle_w = float(identity.get("idle_power_w", 0.0))
+        idle_w = g.idle_w
         busy = float(st["busy_s"])
-        sm_s = float(st.get("sm_active_s", 0.0))
-        tensor_s = float(st.get("tensor_active_s", 0.0))
-        power = float(st["power_w"]) if fresh and st.get("power_w") is not None else idle_w
+        sm_s = float(get("sm_active_s", 0.0))
+        tensor_s = float(get("tensor_active_s", 0.0))
+        power_raw = get("power_w")
+        power = float(power_raw) if fresh and power_raw is not None else idle_w
         energy = int(st["energy_mj"]) + int(max(0.0, now - t_file) * power * 1000)
-        samples = [(float(t), float(u)) for t, u in st.get("samples", [])]
+        ring = get("samples") or ()
         # While a writer is alive its counters are exact at t_file; once it has stopped they
         # are exact up to now (nothing runs), so the reference time is now.
         ref = t_file if fresh else now
-        prev = self._previous.get(gpu_uuid)
         util: float
         sm_pct: float | None
         tensor_pct: float | None
-        if prev is not None and ref > prev.ref_s:
-            span = ref - prev.ref_s
-            util = (busy - prev.busy_s) / span * 100.0
-            sm_pct = (sm_s - prev.sm_active_s) / span * 100.0
-            tensor_pct = (tensor_s - prev.tensor_active_s) / span * 100.0
-        elif prev is not None:
+        seen = g.seen
+        if seen and ref > g.ref_s:
+            span = ref - g.ref_s
+            util = (busy - g.busy_s) / span * 100.0
+            sm_pct = (sm_s - g.sm_active_s) / span * 100.0
+            tensor_pct = (tensor_s - g.tensor_active_s) / span * 100.0
+        elif seen:
             util, sm_pct, tensor_pct = 0.0, 0.0, 0.0
         else:
             # First reading: like NVML, report the most recent driver sample period.
-            util = samples[-1][1] if fresh and samples else 0.0
+            util = float(ring[-1][1]) if fresh and ring else 0.0
             sm_pct, tensor_pct = None, None
-        util = min(100.0, max(0.0, util))
-        last_sample_s = prev.last_sample_s if prev else 0.0
-        new_samples = tuple(u for t, u in samples if t > last_sample_s)
-        last_xid_s = prev.last_xid_s if prev else self._created_s
-        xids = [(float(e["t_s"]), int(e["xid"])) for e in st.get("xid_events", [])]
-        new_xids = tuple(x for t, x in xids if t > last_xid_s)
-        if prev is not None:
-            energy = max(energy, prev.energy_mj)  # the extrapolation must stay monotonic
-        self._previous[gpu_uuid] = _Previous(
-            ref_s=max(ref, prev.ref_s) if prev else ref,
-            busy_s=busy,
-            sm_active_s=sm_s,
-            tensor_active_s=tensor_s,
-            energy_mj=energy,
-            last_sample_s=max([last_sample_s, *(t for t, _ in samples)]),
-            last_xid_s=max([last_xid_s, *(t for t, _ in xids)]),
-        )
-        procs = tuple(
-            GpuProcess(pid=int(p["pid"]), used_memory_bytes=p.get("used_memory_bytes"))
-            for p in st.get("processes", [])
-            if _process_alive(p)
-        )
-        mem_used = sum(p.used_memory_bytes or 0 for p in procs) if procs else 0
-        total = int(identity["memory_total_bytes"])
-        if procs and fresh:
-            mem_used = int(st.get("memory_used_bytes", mem_used))
-        max_w = float(identity.get("max_power_w", idle_w)) or 1.0
-        throttle = st.get("throttle_reasons")
+        util = 100.0 if util > 100.0 else 0.0 if util < 0.0 else util
+        new_samples: tuple[float, ...] = ()
+        last_sample_s = g.last_sample_s
+        if ring:
+            new_samples = tuple(float(u) for t, u in ring if float(t) > last_sample_s)
+            g.last_sample_s = max(last_sample_s, *(float(t) for t, _u in ring))
+        new_xids: tuple[int, ...] = ()
+        events = get("xid_events")
+        if events:
+            last_xid_s = g.last_xid_s
+            xids = [(float(e["t_s"]), int(e["xid"])) for e in events]
+            new_xids = tuple(x for t, x in xids if t > last_xid_s)
+            g.last_xid_s = max(last_xid_s, *(t for t, _x in xids))
+        if seen:
+            energy = max(energy, g.energy_mj)  # the extrapolation must stay monotonic
+            g.ref_s = max(ref, g.ref_s)
+        else:
+            g.ref_s = ref
+        g.busy_s, g.sm_active_s, g.tensor_active_s, g.energy_mj = busy, sm_s, tensor_s, energy
+        g.seen = True
+        listed = get("processes")
+        procs: tuple[GpuProcess, ...] = ()
+        if listed:
+            alive = self._liveness.alive
+            procs = tuple(
+                GpuProcess(pid=int(p["pid"]), used_memory_bytes=p.get("used_memory_bytes"))
+                for p in listed
+                if alive(p)
+            )
+        total = g.total
+        mem_used = 0
+        if procs:
+            mem_used = sum(p.used_memory_bytes or 0 for p in procs)
+            if fresh:
+                mem_used = int(get("memory_used_bytes", mem_used))
+        throttle = get("throttle_reasons")
         if throttle is None:
             throttle = THROTTLE_GPU_IDLE if util == 0.0 else 0
-        has_gpm = _info_from_identity(identity).compute_capability or (0, 0)
-        gpm = has_gpm >= (9, 0)
-        active = util > 0.0
+        gpm = g.gpm
+        nvlink = g.nvlink
         return GpuSample(
             uuid=gpu_uuid,
             time_s=now,
@@ -592,16 +783,16 @@ class VirtualGpuSource:
             memory_total_bytes=total,
             power_w=round(power, 2),
             energy_mj=energy,
-            sm_clock_mhz=int(identity["sm_clock_max_mhz" if active else "sm_clock_idle_mhz"]),
-            memory_clock_mhz=int(identity.get("memory_clock_mhz", 0)) or None,
+            sm_clock_mhz=g.clock_max if util > 0.0 else g.clock_idle,
+            memory_clock_mhz=g.mem_clock,
             throttle_reasons=int(throttle),
-            temperature_c=round(30.0 + 45.0 * min(1.0, power / max_w), 1),
-            pcie_tx_bytes_per_s=float(st.get("pcie_tx_bytes_per_s", 0.0)) if fresh else 0.0,
-            pcie_rx_bytes_per_s=float(st.get("pcie_rx_bytes_per_s", 0.0)) if fresh else 0.0,
-            nvlink_tx_bytes=int(st.get("nvlink_tx_bytes", 0)) if identity.get("nvlink") else None,
-            nvlink_rx_bytes=int(st.get("nvlink_rx_bytes", 0)) if identity.get("nvlink") else None,
-            ecc_corrected_total=int(st.get("ecc_corrected_total", 0)),
-            ecc_uncorrected_total=int(st.get("ecc_uncorrected_total", 0)),
+            temperature_c=round(30.0 + 45.0 * min(1.0, power / g.max_w), 1),
+            pcie_tx_bytes_per_s=float(get("pcie_tx_bytes_per_s", 0.0)) if fresh else 0.0,
+            pcie_rx_bytes_per_s=float(get("pcie_rx_bytes_per_s", 0.0)) if fresh else 0.0,
+            nvlink_tx_bytes=int(get("nvlink_tx_bytes", 0)) if nvlink else None,
+            nvlink_rx_bytes=int(get("nvlink_rx_bytes", 0)) if nvlink else None,
+            ecc_corrected_total=int(get("ecc_corrected_total", 0)),
+            ecc_uncorrected_total=int(get("ecc_uncorrected_total", 0)),
             xid_events=new_xids,
             processes=procs,
             sm_active_pct=_clamp_pct(sm_pct) if gpm else None,

@@ -211,3 +211,53 @@ def test_proc_ignores_other_uids(tmp_path: Path) -> None:
         assert seen.allocated_cores() == len(os.sched_getaffinity(0))
     finally:
         proc.wait()
+
+
+# --------------------------------------------------------------------------- /proc, as a fixture
+
+
+def _fake_pid(root: Path, pid: int, job: str | None, utime: int, start: int = 500) -> None:
+    # stat fields after "(comm) ": state ppid ... utime(14) stime(15) ... starttime(22) rss(24)
+    fields = ["S", "1"] + ["0"] * 9 + [str(utime), "0", "0", "0"] + ["0"] * 4 + [str(start)]
+    fields += ["0", "10"] + ["0"] * 28
+    put(root, f"{pid}/stat", f"{pid} (python3) " + " ".join(fields) + "\n")
+    put(root, f"{pid}/io", "read_bytes: 100\nwrite_bytes: 50\n")
+    env = f"PATH=/bin\0SLURM_JOB_ID={job}\0" if job else "PATH=/bin\0"
+    (root / str(pid) / "environ").write_bytes(env.encode())
+
+
+def test_proc_lists_only_when_a_pid_was_allocated(tmp_path: Path) -> None:
+    put(tmp_path, "loadavg", "0.10 0.20 0.30 1/100 4000\n")
+    _fake_pid(tmp_path, 4000, "77", utime=100)
+    _fake_pid(tmp_path, 3000, None, utime=5)
+    sampler = ProcHostSampler("77", proc_root=str(tmp_path))
+    first = sampler.sample()
+    assert first.process_count == 1 and sampler.full_scans == 1
+    # The other process gets its second look, which needs a listing.
+    sampler.sample()
+    assert sampler.full_scans == 2
+    # Settled and no pid allocated: only the job's process is read, and its counters move.
+    _fake_pid(tmp_path, 4000, "77", utime=300)
+    reading = sampler.sample()
+    assert sampler.full_scans == 2
+    assert reading.process_count == 1 and reading.cpu_time_s == pytest.approx(3.0)
+    # A new pid shows in loadavg: /proc is listed and the new job process is found.
+    _fake_pid(tmp_path, 4001, "77", utime=100)
+    put(tmp_path, "loadavg", "0.10 0.20 0.30 1/101 4001\n")
+    reading = sampler.sample()
+    assert sampler.full_scans == 3 and reading.process_count == 2
+    # A job process that exits is noticed without a listing, and its time is kept.
+    for name in ("stat", "io", "environ"):
+        (tmp_path / "4001" / name).unlink()
+    (tmp_path / "4001").rmdir()
+    reading = sampler.sample()
+    assert sampler.full_scans == 3 and reading.process_count == 1
+    assert reading.cpu_time_s == pytest.approx(4.0)
+
+
+def test_proc_without_loadavg_lists_every_time(tmp_path: Path) -> None:
+    _fake_pid(tmp_path, 4000, "77", utime=100)
+    sampler = ProcHostSampler("77", proc_root=str(tmp_path))
+    for _ in range(3):
+        assert sampler.sample().process_count == 1
+    assert sampler.full_scans == 3

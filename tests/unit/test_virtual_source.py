@@ -291,3 +291,60 @@ def test_vgpu_cli_show_missing_dir_exits_7(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["vgpu", "show", "--dir", str(tmp_path / "none")])
     assert result.exit_code == 7
     assert "does not exist" in result.output
+
+
+@pytest.mark.parametrize("legacy_state", [False, True])
+def test_directory_taken_by_another_gpu_is_unavailable(
+    tmp_path: Path, clock: FakeClock, legacy_state: bool
+) -> None:
+    create_gpus(tmp_path / "vgpu", 1, clock=clock)
+    source = VirtualGpuSource(tmp_path / "vgpu", clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    assert source.sample([gpu])[0].available
+    for f in (tmp_path / "vgpu" / "0").iterdir():
+        f.unlink()
+    (tmp_path / "vgpu" / "0").rmdir()
+    (other,) = create_gpus(tmp_path / "vgpu", 1, clock=clock)
+    assert other.uuid != gpu
+    state_path = tmp_path / "vgpu" / "0" / STATE_FILE
+    state = json.loads(state_path.read_text())
+    assert state["uuid"] == other.uuid
+    if legacy_state:  # written before states named their GPU: identity.json tells
+        del state["uuid"]
+        state_path.write_text(json.dumps(state))
+    assert not source.sample([gpu])[0].available
+
+
+def test_identity_change_is_seen_without_a_new_source(vdir: Path, clock: FakeClock) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    gpu = source.list_gpus()[0].uuid
+    state_path = vdir / "0" / STATE_FILE
+    state = json.loads(state_path.read_text())
+    del state["uuid"]  # an older writer's state: the identity is checked at every reading
+    state_path.write_text(json.dumps(state))
+    assert source.sample([gpu])[0].memory_total_bytes == MODELS["h100"].memory_total_bytes
+    create_gpus(vdir, 2, model="a100", clock=clock)
+    assert source.sample([gpu])[0].memory_total_bytes == MODELS["a100"].memory_total_bytes
+
+
+def test_process_checks_survive_many_readings_and_close(vdir: Path, clock: FakeClock) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+        dev.attach(pid=child.pid, memory_bytes=2**30)
+        source = VirtualGpuSource(vdir, clock=clock)
+        gpu = source.list_gpus()[0].uuid
+        for _ in range(5):
+            clock.advance(0.1)
+            dev.tick(0.5)
+            assert [p.pid for p in source.sample([gpu])[0].processes or ()] == [child.pid]
+        dev.detach(pid=child.pid)
+        assert source.sample([gpu])[0].processes == ()
+        dev.attach(pid=child.pid, memory_bytes=2**30)
+        assert [p.pid for p in source.sample([gpu])[0].processes or ()] == [child.pid]
+        source.close()
+        source.close()
+    finally:
+        child.kill()
+        child.wait()
+    assert source.sample([gpu])[0].processes == ()
