@@ -126,6 +126,18 @@ class CollectorSettings:
     interval_s: float = _opt(
         300.0, "Seconds between passes of 'slurm-gpu collect' without --once.", min=1
     )
+    admin_comment: bool = _opt(
+        False,
+        "After storing a GPU job, write its summary into Slurm's AdminComment (JS1: base64 of "
+        "gzip of JSON, read by reportseff and jobstats) with sacctmgr, as root or a Slurm "
+        "operator. Slurm 22.05's sacctmgr lower-cases the value, which breaks it: the "
+        "collector detects that, says so once and stops writing; leave this off there.",
+    )
+    sacctmgr_path: str = _opt(
+        "",
+        "sacctmgr executable for admin_comment; empty: the sacctmgr next to an absolute "
+        "accounting.sacct_path, else sacctmgr on PATH.",
+    )
 
 
 @dataclass(frozen=True)
