@@ -455,7 +455,8 @@ class VirtualGpuDevice:
 
 def _read_json_fd(path: str) -> Any:
     """Parse a small JSON file read with one ``os.read`` (the sampler reads one per GPU per
-    reading: no file object, no Path). Raises ``OSError`` or ``ValueError``."""
+    reading: no file object, no Path, and the C scanner called directly). Raises ``OSError``
+    or ``ValueError``."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = [os.read(fd, 65536)]
@@ -463,7 +464,21 @@ def _read_json_fd(path: str) -> Any:
             chunks.append(os.read(fd, 65536))
     finally:
         os.close(fd)
-    return json.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+    text = (chunks[0] if len(chunks) == 1 else b"".join(chunks)).decode()
+    if not text or text[0].isspace():
+        return json.loads(text)  # not as written by this module: the full parser
+    try:
+        obj, end = _scan_once(text, 0)
+    except StopIteration:
+        raise ValueError(f"{path}: not JSON") from None
+    if end != len(text) and not text[end:].isspace():
+        raise ValueError(f"{path}: extra data after the JSON value")
+    return obj
+
+
+# The decoder's C scanner (``json.scanner.c_make_scanner``), which ``json.loads`` reaches
+# through three Python-level calls.
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 class _Gpu:
