@@ -11,9 +11,11 @@ All eight are submitted at once: with four GPUs they run in three rounds.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import time
+from datetime import UTC, datetime
 
 import pytest
 import slurmtools
@@ -132,3 +134,47 @@ def test_gpueff_json_reports_it_to_the_owner(demo_jobs: dict[str, str], pattern:
         assert _user_problems(findings) == [], findings
     else:
         assert (code, cause) in [(c, k) for c, k, _ in findings], findings
+
+
+def test_the_weekly_report_shows_them_with_their_causes(demo_jobs: dict[str, str]) -> None:
+    """The admins' report over the span in which the demo jobs ended attributes waste to the
+    causes the patterns exhibit, and lists the never-used GPU and the idle tail by job."""
+    config = str(slurmtools.slurm_gpu_config_path())
+    settings = load_settings(config)
+    with open_store(settings, readonly=True) as store:
+        ends = [store.get_job(j).job.end_s for j in demo_jobs.values()]  # type: ignore[union-attr]
+    assert all(e is not None for e in ends)
+    stamp = "%Y-%m-%dT%H:%M:%S"
+    since = datetime.fromtimestamp(math.floor(min(ends)) - 1, UTC).strftime(stamp)  # type: ignore[type-var,arg-type]
+    until = datetime.fromtimestamp(math.ceil(max(ends)) + 1, UTC).strftime(stamp)  # type: ignore[type-var,arg-type]
+    slurm_gpu = str(slurmtools.venv_python().with_name("slurm-gpu"))
+    proc = subprocess.run(
+        [
+            slurm_gpu,
+            "--config",
+            config,
+            "report",
+            "weekly",
+            "--format",
+            "json",
+            "--since",
+            since,
+            "--until",
+            until,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["report"]
+    assert report["headline"]["jobs"] >= len(demo_jobs)
+    causes = {c["cause"]: c for c in report["causes"]}
+    for pattern in ("idle-gpu", "dataloader", "small-batch", "imbalance"):
+        cause = EXPECTED[pattern][2]
+        assert causes[cause]["jobs"] >= 1, (pattern, report["causes"])
+    never_used = {w["job_id"] for w in report["never_used"]["worst"]}
+    assert demo_jobs["idle-gpu"] in never_used
+    idle_edges = {w["job_id"] for w in report["idle_edges"]["worst"]}
+    assert demo_jobs["idle-tail"] in idle_edges
