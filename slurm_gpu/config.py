@@ -280,10 +280,17 @@ class MailSettings:
     transport: str = _opt("smtp", "How messages leave.", choices=("smtp", "sendmail"))
     smtp_host: str = _opt("localhost", "SMTP server.")
     smtp_port: int = _opt(25, "SMTP port.", min=1, max=65535)
-    smtp_starttls: bool = _opt(False, "Upgrade the SMTP connection with STARTTLS.")
-    smtp_user: str = _opt("", "SMTP login; empty: no authentication.")
+    smtp_starttls: bool = _opt(
+        False, "Upgrade the SMTP connection with STARTTLS (certificate and host name verified)."
+    )
+    smtp_ca_file: str = _opt(
+        "", "PEM file of the CA(s) that sign the SMTP server's certificate; empty: the system's."
+    )
+    smtp_user: str = _opt(
+        "", "SMTP login; empty: none. Without smtp_starttls the password travels in clear."
+    )
     smtp_password_file: str = _opt(
-        "", "File holding the SMTP password (readable by SlurmUser only)."
+        "", "File holding the SMTP password, readable by SlurmUser only (not world-readable)."
     )
     smtp_timeout_s: float = _opt(30.0, "SMTP connection timeout, seconds.", min=1, max=600)
     sendmail_path: str = _opt("/usr/sbin/sendmail", "Local sendmail (transport = sendmail).")
