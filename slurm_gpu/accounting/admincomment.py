@@ -23,6 +23,7 @@ import base64
 import binascii
 import gzip
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,21 @@ from slurm_gpu.records import JobRecord, NodeRecord
 PREFIX = "JS1:"
 #: Largest encoded comment we write; a summary of 8 GPUs on one node is about 300 bytes.
 MAX_ENCODED_BYTES = 16 * 1024
+
+
+class AdminCommentCaseError(AccountingError):
+    """sacctmgr stored the comment lower-cased (Slurm 22.05), so no summary it writes survives:
+    callers should stop writing rather than ask slurmdbd again for every job."""
+
+
+def sacctmgr_path_for(sacctmgr_path: str, sacct_path: str) -> str:
+    """The sacctmgr to run: ``sacctmgr_path`` when set, else the one beside an absolute
+    ``sacct_path`` (the two ship together), else ``sacctmgr`` from PATH."""
+    if sacctmgr_path:
+        return sacctmgr_path
+    if os.path.isabs(sacct_path):
+        return os.path.join(os.path.dirname(sacct_path), "sacctmgr")
+    return "sacctmgr"
 
 
 def build_summary(job: JobRecord, nodes: Sequence[NodeRecord]) -> dict[str, Any]:
@@ -120,12 +136,12 @@ def decode(comment: str) -> dict[str, Any]:
     except (binascii.Error, OSError, EOFError, ValueError) as exc:
         raise AccountingError(
             f"corrupt JS1 job summary ({type(exc).__name__})",
-            hint="rewrite it with 'slurm-gpu admincomment write'",
+            hint="rewrite it with 'slurm-gpu admincomment JOBID'",
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict) or "gpus" not in data:
         raise AccountingError(
             "JS1 job summary lacks 'nodes' or 'gpus'",
-            hint="rewrite it with 'slurm-gpu admincomment write'",
+            hint="rewrite it with 'slurm-gpu admincomment JOBID'",
         )
     return data
 
@@ -249,7 +265,7 @@ class AdminCommentWriter:
         if stored[0] == comment:
             return
         if stored[0] == comment.lower():
-            raise AccountingError(
+            raise AdminCommentCaseError(
                 f"sacctmgr stored the AdminComment of job {target} lower-cased, which breaks "
                 "the JS1 encoding",
                 hint="this Slurm's sacctmgr lower-cases AdminComment (seen on 22.05); write "

@@ -131,7 +131,30 @@ def _analyse_hook(
     return analyse, ANALYSIS_VERSION
 
 
-def _one_pass(settings: Settings, job_id: str | None, missing: bool) -> Any:
+def admin_comment_publisher(settings: Settings, runner: Any = None) -> Any:
+    """The AdminComment step when ``collector.admin_comment`` is on, else ``None``.
+
+    The collector runs after accounting settled, so slurmdbd accepts at once: a short retry
+    window bounds the sacctmgr calls per job (one, in the normal case, plus a read-back)."""
+    if not settings.collector.admin_comment:
+        return None
+    from slurm_gpu.accounting.admincomment import AdminCommentWriter, sacctmgr_path_for
+    from slurm_gpu.collector.admincomment import AdminCommentPublisher
+
+    acct = settings.accounting
+    writer = AdminCommentWriter(
+        sacctmgr_path=sacctmgr_path_for(settings.collector.sacctmgr_path, acct.sacct_path),
+        sacct_path=acct.sacct_path,
+        timeout_s=acct.timeout_s,
+        retry_for_s=3.0,
+        runner=runner,
+    )
+    return AdminCommentPublisher(writer)
+
+
+def _one_pass(
+    settings: Settings, job_id: str | None, missing: bool, admin_comment: Any = None
+) -> Any:
     """Lock, open, collect; ``None`` when another collector holds the lock."""
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.collector import Collector, CollectorLock, CollectorOptions
@@ -161,6 +184,7 @@ def _one_pass(settings: Settings, job_id: str | None, missing: bool) -> Any:
                 state_dir=settings.paths.state_dir,
                 options=options,
                 analyse=analyse,
+                admin_comment=admin_comment,
             ).run_once(job_id, missing_pass=missing)
     finally:
         lock.release()
@@ -176,6 +200,8 @@ def _summary(report: Any) -> str:
         ("no_accounting", "unknown to accounting"),
         ("quarantined", "files quarantined"),
         ("analysis_failed", "analysis failed"),
+        ("admin_comment_written", "AdminComment written"),
+        ("admin_comment_failed", "AdminComment not written"),
     ):
         if getattr(report, name):
             parts.append(f"{len(getattr(report, name))} {label}")
@@ -224,9 +250,11 @@ def cli(
             hint="pass SLURM_JOB_ID (digits only; array tasks have their own raw id)",
         )
     settings = settings_from(ctx)
+    # One publisher for the whole run: once it stops (lower-cased comments), it stays stopped.
+    publisher = admin_comment_publisher(settings)
     deadline = time.monotonic() + wait_s
     while True:
-        report = _one_pass(settings, job_id, missing=not no_missing)
+        report = _one_pass(settings, job_id, missing=not no_missing, admin_comment=publisher)
         if report is None:
             if job_id is not None and time.monotonic() < deadline:
                 time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))

@@ -11,7 +11,9 @@ One pass (``Collector.run_once``):
    ``node_wait_s`` it ingests what exists and says so (``missing_hosts``);
 4. runs the optional analysis hook and writes the batch to the store in one transaction;
 5. only after the commit, moves the job's files to ``<state_dir>/done/`` (kept
-   ``done_retention_s`` for debugging, then deleted);
+   ``done_retention_s`` for debugging, then deleted), then, when an ``admin_comment``
+   publisher is given, writes each stored GPU job's JS1 summary into Slurm's AdminComment
+   (a failure there is counted, never undoes the commit);
 6. asks accounting for GPU jobs that ended recently and stores those that left no record at
    all with telemetry ``missing`` (hooks not installed, or the sampler never started).
 
@@ -64,6 +66,13 @@ class Accounting(Protocol):
     def jobs_between(
         self, start_s: float, end_s: float, users: Sequence[str] | None = None
     ) -> list[JobRecord]: ...
+
+
+class CommentPublisher(Protocol):
+    """Writes stored jobs' summaries into AdminComment (``collector.admincomment``); never
+    raises, returns (job ids written, job ids not written)."""
+
+    def publish(self, bundles: Sequence[JobBundle]) -> tuple[list[str], list[str]]: ...
 
 
 class SealedLike(Protocol):
@@ -142,6 +151,10 @@ class CollectReport:
     analysis_failed: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     """One line per accounting failure (the affected jobs stay in the spool)."""
+    admin_comment_written: tuple[str, ...] = ()
+    """Stored jobs whose JS1 summary was written into AdminComment."""
+    admin_comment_failed: tuple[str, ...] = ()
+    """Stored GPU jobs whose summary was not written (failed, or writing had stopped)."""
 
 
 @dataclass
@@ -155,6 +168,8 @@ class _Acc:
     quarantined: list[str] = field(default_factory=list)
     analysis_failed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    admin_comment_written: list[str] = field(default_factory=list)
+    admin_comment_failed: list[str] = field(default_factory=list)
 
     def report(self) -> CollectReport:
         return CollectReport(
@@ -167,6 +182,8 @@ class _Acc:
             quarantined=tuple(self.quarantined),
             analysis_failed=tuple(self.analysis_failed),
             errors=tuple(self.errors),
+            admin_comment_written=tuple(self.admin_comment_written),
+            admin_comment_failed=tuple(self.admin_comment_failed),
         )
 
 
@@ -207,6 +224,7 @@ class Collector:
         analyse: Analyse | None = None,
         reader: RecordReader | None = None,
         clock: Callable[[], float] = time.time,
+        admin_comment: CommentPublisher | None = None,
     ) -> None:
         self.store = store
         self.accounting = accounting
@@ -216,6 +234,7 @@ class Collector:
         self.analyse = analyse
         self.reader = reader or _SpoolModule()
         self.clock = clock
+        self.admin_comment = admin_comment
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
 
@@ -260,9 +279,21 @@ class Collector:
                     b.telemetry,
                     len(b.nodes),
                 )
+            if self.admin_comment is not None:
+                self._publish(bundles, acc)
         if missing_pass and job_id is None:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
+
+    def _publish(self, bundles: Sequence[JobBundle], acc: _Acc) -> None:
+        assert self.admin_comment is not None
+        try:
+            written, failed = self.admin_comment.publish(bundles)
+        except Exception:  # the jobs are stored; a publisher bug must not end the pass
+            log.exception("AdminComment step failed; the jobs are stored")
+            return
+        acc.admin_comment_written.extend(written)
+        acc.admin_comment_failed.extend(failed)
 
     # ----------------------------------------------------------------- spool
 
@@ -491,6 +522,7 @@ __all__ = [
     "CollectReport",
     "Collector",
     "CollectorOptions",
+    "CommentPublisher",
     "RecordReader",
     "telemetry_status",
 ]
