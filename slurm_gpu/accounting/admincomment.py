@@ -268,8 +268,8 @@ class AdminCommentWriter:
             raise AdminCommentCaseError(
                 f"sacctmgr stored the AdminComment of job {target} lower-cased, which breaks "
                 "the JS1 encoding",
-                hint="this Slurm's sacctmgr lower-cases AdminComment (seen on 22.05); write "
-                "summaries while jobs run (write_running) or upgrade Slurm",
+                hint="this Slurm's sacctmgr lower-cases AdminComment (seen on 22.05); upgrade "
+                "Slurm (scontrol update keeps the case, but only while the job runs)",
             )
         raise AccountingError(
             f"AdminComment of job {target} reads back different from what was written",
