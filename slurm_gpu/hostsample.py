@@ -19,6 +19,7 @@ Nothing here raises for one unreadable file: a value that cannot be read is ``No
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
@@ -48,6 +49,23 @@ def _read_text(path: str) -> str | None:
     finally:
         os.close(fd)
     return b"".join(chunks).decode("ascii", errors="replace")
+
+
+def _read_environ(path: str) -> bytes | None:
+    """A process's initial environment, whole (it may exceed one read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks = [os.read(fd, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _kv_file(path: str) -> dict[str, int]:
@@ -186,6 +204,9 @@ class Cgroup2HostSampler:
         text = _read_text(self._path("cpuset.cpus.effective"))
         return count_cpu_list(text) if text else None
 
+    def close(self) -> None:
+        """Nothing is kept open."""
+
 
 class Cgroup1HostSampler:
     """Reads one job's cgroup v1 directories (one per controller)."""
@@ -234,29 +255,72 @@ class Cgroup1HostSampler:
         text = _read_text(os.path.join(self.dirs["cpuset"], "cpuset.cpus"))
         return count_cpu_list(text) if text else None
 
+    def close(self) -> None:
+        """Nothing is kept open."""
+
 
 # --------------------------------------------------------------------------- /proc
+
+
+#: Job processes whose ``stat`` and ``io`` are kept open between readings (two descriptors
+#: each); processes beyond it are read by path, which costs two more system calls per file.
+MAX_KEPT_PROCESSES = 256
+
+
+def _read_bytes(path: str) -> bytes | None:
+    """A small /proc file in one read (they are generated whole on the first read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pread(fd: int) -> bytes | None:
+    """Re-read a kept /proc file from offset 0 (procfs regenerates it); ``None`` once the
+    process has been reaped (ESRCH) or on any other error."""
+    try:
+        return os.pread(fd, 65536, 0) or None
+    except OSError:
+        return None
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 @dataclass(slots=True)
 class _ProcState:
     """What the proc sampler remembers about one job process between readings."""
 
+    start: int
+    """Start time in clock ticks: with the pid, what tells a process from a reused pid."""
     ppid: int
     cpu_s: float
     """Own + reaped children's user+system time at the last reading, seconds."""
     io_read: int
     io_write: int
+    stat_fd: int = -1
+    """``/proc/<pid>/stat`` kept open (-1: read by path). A descriptor stays bound to its
+    process: once that is reaped it reads ESRCH, even if the pid is reused."""
+    io_fd: int = -1
 
 
-def _parse_stat(text: str) -> tuple[int, int, float, float, str, int] | None:
+def _parse_stat(text: bytes) -> tuple[int, int, float, float, bytes, int] | None:
     """(ppid, starttime ticks, own cpu s, reaped children's cpu s, state, rss pages) from
     /proc/pid/stat."""
     # The command name is in parentheses and may hold spaces or ')'; split after the last ')'.
-    end = text.rfind(")")
+    end = text.rfind(b")")
     if end < 0:
         return None
-    fields = text[end + 2 :].split()
+    fields = text[end + 2 :].split(None, 22)  # up to rss; the rest left unsplit
     if len(fields) < 22:
         return None
     try:
@@ -271,13 +335,18 @@ def _parse_stat(text: str) -> tuple[int, int, float, float, str, int] | None:
     return ppid, start, own, children, state, rss_pages
 
 
-def _parse_proc_io(text: str) -> tuple[int, int]:
-    values = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key in ("read_bytes", "write_bytes"):
-            values[key] = int(value)
-    return values.get("read_bytes", 0), values.get("write_bytes", 0)
+def _parse_proc_io(text: bytes) -> tuple[int, int]:
+    # "rchar: N\nwchar: N\n...read_bytes: N\nwrite_bytes: N\n...": one split, two lookups.
+    tokens = text.split()
+    try:
+        read = int(tokens[tokens.index(b"read_bytes:") + 1])
+    except (ValueError, IndexError):
+        read = 0
+    try:
+        write = int(tokens[tokens.index(b"write_bytes:") + 1])
+    except (ValueError, IndexError):
+        write = 0
+    return read, write
 
 
 class ProcHostSampler:
@@ -293,6 +362,10 @@ class ProcHostSampler:
     process (its time then moves into the parent's counters). When it is reaped by someone
     outside the job (slurmstepd, init), its last seen value is kept in ``_exited``. The same holds
     for ``/proc/<pid>/io``, which also includes reaped children.
+
+    On the real ``/proc`` the job's ``stat`` and ``io`` files and ``/proc/loadavg`` stay open
+    and are re-read with one ``pread`` each (instead of open, read, close); ``close`` releases
+    them.
     """
 
     method = "proc"
@@ -310,7 +383,8 @@ class ProcHostSampler:
         self.proc_root = proc_root
         self._needle = f"SLURM_JOB_ID={job_id}\0".encode()
         self._exclude = exclude_pids | {os.getpid()}
-        self._tracked: dict[tuple[int, int], _ProcState] = {}
+        # pid -> the process tracked under that pid (its start time inside).
+        self._tracked: dict[int, _ProcState] = {}
         # pid -> (start ticks, whether it belongs to the job, whether that is final); the
         # initial environment of a process does not change after exec, so membership is
         # decided on two looks per process.
@@ -324,22 +398,44 @@ class ProcHostSampler:
         self._last_io = (0, 0)
         self._last_pid: int | None = None
         # The last pid the kernel handed out when /proc was last listed (``/proc/loadavg``);
-        # ``None`` when unknown. See ``_nothing_new``.
+        # ``None`` when unknown. See ``sample``.
         self._last_created: bytes | None = None
+        # Files are kept open only on procfs, which regenerates them at every read from offset
+        # 0 and fails them once the process is gone (a regular file would not).
+        self._keep = os.path.realpath(proc_root) == "/proc"
+        self._kept = 0
+        self._loadavg_fd = -1
         self.full_scans = 0
         """Readings that listed /proc (the others only re-read the known job processes)."""
 
+    def close(self) -> None:
+        """Close the files kept open between readings (the sampler goes on reading by path)."""
+        for st in self._tracked.values():
+            _close(st.stat_fd)
+            _close(st.io_fd)
+            st.stat_fd = st.io_fd = -1
+        self._kept = 0
+        _close(self._loadavg_fd)
+        self._loadavg_fd = -1
+        self._keep = False
+
     def _last_created_pid(self) -> bytes | None:
         """The last field of ``/proc/loadavg``: the most recently allocated pid."""
-        fd = -1
-        try:
-            fd = os.open(f"{self.proc_root}/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-            text = os.read(fd, 256)
-        except OSError:
-            return None
-        finally:
-            if fd >= 0:
-                os.close(fd)
+        text = None
+        if self._loadavg_fd >= 0:
+            text = _pread(self._loadavg_fd)
+        if text is None:
+            _close(self._loadavg_fd)
+            self._loadavg_fd = -1
+            path = f"{self.proc_root}/loadavg"
+            if self._keep:
+                with contextlib.suppress(OSError):
+                    self._loadavg_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    text = _pread(self._loadavg_fd)
+            else:
+                text = _read_bytes(path)
+            if text is None:
+                return None
         last = text.rsplit(None, 1)[-1] if text.strip() else b""
         return last if last.isdigit() else None
 
@@ -351,10 +447,8 @@ class ProcHostSampler:
                     return False
             except OSError:
                 return False
-        try:
-            with open(f"{path}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
+        env = _read_environ(f"{path}/environ")
+        if env is None:
             return False
         return (b"\0" + env).find(b"\0" + self._needle) >= 0 or env.endswith(self._needle[:-1])
 
@@ -371,39 +465,45 @@ class ProcHostSampler:
             and created == self._last_created
             and not any(not m[1] and not m[2] for m in self._membership.values())
         ):
-            present = {str(pid) for pid, _start in self._tracked}
-            present |= self._skip
-        else:
-            self.full_scans += 1
-            try:
-                present = set(os.listdir(self.proc_root))
-            except OSError:
-                present = set()
-            # Read before listing: a pid allocated in between forces the next listing.
-            self._last_created = created
-        return self._read(now, present)
-
-    def _read(self, now: float, present: set[str]) -> HostSample:
-        seen: dict[tuple[int, int], _ProcState] = {}
-        rss_pages = 0
+            return self._read(now, list(self._tracked))
+        self.full_scans += 1
+        try:
+            present = set(os.listdir(self.proc_root))
+        except OSError:
+            present = set()
+        # Read before listing: a pid allocated in between forces the next listing.
+        self._last_created = created
         # Entries known not to be the job's are dropped in two set operations (in C), so a
         # reading costs about 0.1 us per /proc entry plus the job's own processes. A pid
         # that is gone leaves the set and is looked at afresh if it comes back. (A pid freed
         # and reused between two readings would be missed; with sequential pid allocation
         # that takes pid_max process creations within one interval.)
         self._skip &= present
-        membership: dict[int, tuple[int | None, bool, bool]] = {}
+        pids = []
         for name in present - self._skip:
             if not name.isdigit() or int(name) in self._exclude:
                 self._skip.add(name)
-                continue
-            pid = int(name)
-            known = self._membership.get(pid)
-            stat_text = _read_text(f"{self.proc_root}/{pid}/stat")
+            else:
+                pids.append(int(name))
+        return self._read(now, pids)
+
+    def _read(self, now: float, pids: list[int]) -> HostSample:
+        root = self.proc_root
+        tracked = self._tracked
+        seen: dict[int, _ProcState] = {}
+        rss_pages = 0
+        membership: dict[int, tuple[int | None, bool, bool]] = {}
+        for pid in pids:
+            st = tracked.get(pid)
+            stat_text = _pread(st.stat_fd) if st is not None and st.stat_fd >= 0 else None
+            if stat_text is None:
+                # Not kept open, or its process is gone (the pid may have a new process).
+                stat_text = _read_bytes(f"{root}/{pid}/stat")
             parsed = _parse_stat(stat_text) if stat_text else None
             if parsed is None:
                 continue
             ppid, start, own, children, state, rss = parsed
+            known = self._membership.get(pid)
             if known is None or known[0] != start:
                 known = (start, self._is_job_process(pid), False)
             elif not known[1]:
@@ -411,33 +511,49 @@ class ProcHostSampler:
                 # sets the job's environment and execs, so a first look may have come between.
                 known = (start, self._is_job_process(pid), True)
                 if not known[1]:
-                    self._skip.add(name)  # final: not read again while it is listed
+                    self._skip.add(str(pid))  # final: not read again while it is listed
                     continue
             membership[pid] = known
             if not known[1]:
                 continue
-            io_text = _read_text(f"{self.proc_root}/{pid}/io")
-            io_r, io_w = _parse_proc_io(io_text) if io_text else (0, 0)
-            seen[(pid, start)] = _ProcState(ppid, own + children, io_r, io_w)
-            if state != "Z":
+            if st is not None and st.start == start:
+                io_text = _pread(st.io_fd) if st.io_fd >= 0 else None
+                if io_text is None:
+                    io_text = _read_bytes(f"{root}/{pid}/io")
+                st.ppid = ppid
+                st.cpu_s = own + children
+            else:
+                st = _ProcState(start, ppid, own + children, 0, 0)
+                io_text = self._open_kept(st, pid)
+            if io_text:
+                st.io_read, st.io_write = _parse_proc_io(io_text)
+            seen[pid] = st
+            if state != b"Z":
                 rss_pages += rss  # stat's rss field: the same resident pages as statm's
             self._last_pid = pid
         # Only pids listed now are kept, so the cache stays as small as the process table.
         self._membership = membership
-        live_pids = {pid for pid, _start in seen}
-        for key, old in self._tracked.items():
-            if key in seen:
+        for pid, old in tracked.items():
+            if seen.get(pid) is old:
                 continue
             # Gone. If a live job process was its parent, the parent reaped it and now carries
             # its time in cutime/cstime; otherwise keep its last value ourselves.
-            if old.ppid not in live_pids:
+            if old.ppid not in seen:
                 self._exited_cpu_s += old.cpu_s
                 self._exited_io_read += old.io_read
                 self._exited_io_write += old.io_write
+            if old.stat_fd >= 0:
+                _close(old.stat_fd)
+                _close(old.io_fd)
+                self._kept -= 1
         self._tracked = seen
-        cpu = self._exited_cpu_s + sum(s.cpu_s for s in seen.values())
-        io_r = self._exited_io_read + sum(s.io_read for s in seen.values())
-        io_w = self._exited_io_write + sum(s.io_write for s in seen.values())
+        cpu = self._exited_cpu_s
+        io_r = self._exited_io_read
+        io_w = self._exited_io_write
+        for s in seen.values():
+            cpu += s.cpu_s
+            io_r += s.io_read
+            io_w += s.io_write
         # The last seen value of a process reaped outside the job lags its final value by at
         # most one interval, and a reap by a parent can lag by a tick; never go backwards.
         cpu = max(cpu, self._last_cpu_s)
@@ -454,6 +570,27 @@ class ProcHostSampler:
             process_count=len(seen),
             method=self.method,
         )
+
+    def _open_kept(self, st: _ProcState, pid: int) -> bytes | None:
+        """Open a new job process's ``stat`` and ``io`` to keep (when allowed and below
+        ``MAX_KEPT_PROCESSES``); returns its ``io`` contents, read either way."""
+        io_path = f"{self.proc_root}/{pid}/io"
+        if not self._keep or self._kept >= MAX_KEPT_PROCESSES:
+            return _read_bytes(io_path)
+        try:
+            stat_fd = os.open(f"{self.proc_root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return _read_bytes(io_path)
+        try:
+            io_fd = os.open(io_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(stat_fd)
+            return _read_bytes(io_path)
+        # Opened after the stat read: if the pid was reused in between, the start time
+        # read through the kept file differs and the next reading treats it as a new one.
+        st.stat_fd, st.io_fd = stat_fd, io_fd
+        self._kept += 1
+        return _pread(io_fd)
 
     def allocated_cores(self) -> int | None:
         """CPUs a job process may run on (its affinity), once one has been seen."""
@@ -486,6 +623,9 @@ class NullHostSampler:
 
     def allocated_cores(self) -> int | None:
         return None
+
+    def close(self) -> None:
+        """Nothing is kept open."""
 
 
 class AutoHostSampler:
@@ -552,6 +692,11 @@ class AutoHostSampler:
         if self._chosen is not None:
             return self._chosen.allocated_cores()
         return None
+
+    def close(self) -> None:
+        """Close what the /proc method keeps open."""
+        if self._proc is not None:
+            self._proc.close()
 
 
 HostSampler = (

@@ -300,6 +300,10 @@ class Sampler:
                 self._source.close()
             except Exception as exc:
                 log.warning("closing telemetry failed: %s", exc)
+        # The /proc method keeps the job's files open between readings.
+        close_host = getattr(self.host, "close", None)
+        if close_host is not None:
+            close_host()
         return True
 
     def run(self, wait: Callable[[float], bool]) -> bool:

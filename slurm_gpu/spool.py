@@ -26,8 +26,10 @@ import dataclasses
 import json
 import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import ne
 from typing import Any
 
 from slurm_gpu.errors import SpoolFormatError
@@ -128,36 +130,65 @@ _HOST_FIELDS = tuple(f.name for f in dataclasses.fields(HostSample) if f.name !=
 _host_values = operator.attrgetter(*_HOST_FIELDS)
 
 
+_PROCESSES = _SAMPLE_NAMES.index("processes")
+
+
+def _process_dicts(procs: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {"pid": p.pid}
+        if p.used_memory_bytes is None
+        else {"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
+        for p in procs
+    ]
+
+
 def _sample_dict(sample: GpuSample) -> dict[str, Any]:
-    # Written for every GPU at every reading: the fields are taken in one C call and the
-    # defaults dropped in one comprehension (tuples of numbers go to json as they are).
-    d = {
-        name: value
-        for name, value, default in zip(
-            _SAMPLE_NAMES, _sample_values(sample), _SAMPLE_DEFAULTS, strict=True
-        )
-        if value is not default and value != default
-    }
-    procs = d.get("processes")
-    if procs:
-        d["processes"] = [
-            {"pid": p.pid}
-            if p.used_memory_bytes is None
-            else {"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
-            for p in procs
-        ]
+    # Written for every GPU at every reading, so without a Python loop over the fields: they
+    # are taken in one C call and the ones at their default (None, True, ()) dropped by
+    # compress/map/ne, all in C. ``value != default`` keeps the same fields as
+    # ``value is not default and value != default`` for these defaults.
+    values = _sample_values(sample)
+    d = dict(compress(zip(_SAMPLE_NAMES, values, strict=True), map(ne, values, _SAMPLE_DEFAULTS)))
+    if values[_PROCESSES]:
+        d["processes"] = _process_dicts(values[_PROCESSES])
     return d
 
 
 def encode_reading(time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> bytes:
     """One spool line (with its newline). GPU samples must follow the header's GPU order."""
-    body: dict[str, Any] = {"t": time_s, "g": [_sample_dict(s) for s in gpus]}
+    body: dict[str, Any] = {"t": time_s, "g": list(map(_sample_dict, gpus))}
     if host is not None:
         body["h"] = dict(zip(_HOST_FIELDS, _host_values(host), strict=True))
-    return _dumps(body).encode() + b"\n"
+    return (_dumps(body) + "\n").encode()
 
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+def _make_dumps() -> Callable[[Any], str]:
+    # The C encoder made once, instead of at every ``JSONEncoder.encode`` call, and without
+    # the circular-reference check (a spool line is a tree built here): the same text as
+    # ``json.dumps(body, separators=(",", ":"))``.
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:
+        return json.JSONEncoder(separators=(",", ":")).encode
+    encoder = c_make_encoder(
+        None,  # markers: no circular check
+        json.JSONEncoder().default,
+        json.encoder.encode_basestring_ascii,
+        None,  # indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    join = "".join
+
+    def dumps(obj: Any) -> str:
+        return join(encoder(obj, 0))
+
+    return dumps
+
+
+_dumps = _make_dumps()
 
 
 def decode_reading(line: bytes, header: SpoolHeader) -> Reading:

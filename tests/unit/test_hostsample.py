@@ -213,6 +213,34 @@ def test_proc_ignores_other_uids(tmp_path: Path) -> None:
         proc.wait()
 
 
+def test_proc_keeps_job_files_open_until_close_and_notices_exits(tmp_path: Path) -> None:
+    job = str(uuid.uuid4().int % 10**9 + 10**9)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    short = _spawn(tmp_path, job, "0.1")
+    long = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        env={**os.environ, "SLURM_JOB_ID": job},
+    )
+    try:
+        sampler = ProcHostSampler(job)
+        time.sleep(0.3)
+        assert sampler.sample().process_count == 2
+        # stat and io of both processes and /proc/loadavg stay open between readings.
+        assert len(os.listdir("/proc/self/fd")) == fds_before + 5
+        assert short.wait() == 0
+        reading = sampler.sample()
+        assert reading.process_count == 1
+        assert len(os.listdir("/proc/self/fd")) == fds_before + 3
+        sampler.close()
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+        # Closed, it goes on reading by path.
+        assert sampler.sample().process_count == 1
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+    finally:
+        long.kill()
+        long.wait()
+
+
 # --------------------------------------------------------------------------- /proc, as a fixture
 
 

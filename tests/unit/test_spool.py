@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import random
 import stat
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,10 @@ from slurm_gpu.spool import (
     SpoolHeader,
     SpoolWriter,
     decode_header,
+    decode_reading,
     decode_record,
     encode_header,
+    encode_reading,
     encode_record,
     list_sealed,
     read_header,
@@ -338,3 +342,66 @@ def test_timeline_points_built_without_the_constructor_equal_constructed_ones(
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.timeline[0].t_s = 0.0  # type: ignore[misc]
     assert hash(fast.timeline[0]) == hash(slow.timeline[0])
+
+
+def _reference_line(time_s: float, gpus: list[GpuSample], host: HostSample | None) -> bytes:
+    """A spool line as the format defines it: every sample field but uuid and time that is
+    not at its default, processes as objects, compact JSON."""
+    g = []
+    for s in gpus:
+        d: dict[str, Any] = {}
+        for f in dataclasses.fields(GpuSample):
+            value = getattr(s, f.name)
+            if f.name in ("uuid", "time_s") or value == f.default:
+                continue
+            if f.name == "processes":
+                value = [
+                    {k: v for k, v in dataclasses.asdict(p).items() if v is not None} for p in value
+                ]
+            d[f.name] = list(value) if isinstance(value, tuple) else value
+        g.append(d)
+    body: dict[str, Any] = {"t": time_s, "g": g}
+    if host is not None:
+        body["h"] = {k: v for k, v in dataclasses.asdict(host).items() if k != "time_s"}
+    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def test_reading_lines_are_the_format_byte_for_byte() -> None:
+    rng = random.Random(20261121)
+    floats = [0.0, -0.0, 1e-7, 1e20, 100.0, 33.3, math.nan, math.inf, -math.inf]
+
+    def value(f: dataclasses.Field[Any]) -> Any:
+        if rng.random() < 0.3:
+            return f.default
+        if f.name == "available":
+            return rng.random() < 0.5
+        if f.name == "processes":
+            return tuple(
+                GpuProcess(pid=rng.randrange(1, 99999), used_memory_bytes=rng.choice([None, 0, 7]))
+                for _ in range(rng.randrange(0, 3))
+            )
+        if f.name == "utilization_samples_pct":
+            return tuple(rng.choice(floats) for _ in range(rng.randrange(0, 4)))
+        if f.name == "xid_events":
+            return tuple(rng.randrange(100) for _ in range(rng.randrange(0, 3)))
+        if "float" in str(f.type):
+            return rng.choice([*floats, rng.random() * 1000])
+        return rng.choice([0, 1, 2**63, rng.randrange(10**15)])
+
+    fields = [f for f in dataclasses.fields(GpuSample) if f.name not in ("uuid", "time_s")]
+    header = SpoolHeader(
+        job_id="1", hostname="n1", uid=None, interval_s=1.0, source="virtual",
+        gpus=tuple(GpuInfo(uuid=f"GPU-{i}") for i in range(4)), started_s=0.0,
+    )  # fmt: skip
+    for _ in range(2000):
+        gpus = [
+            GpuSample(uuid=f"GPU-{i}", time_s=1.0, **{f.name: value(f) for f in fields})
+            for i in range(4)
+        ]
+        host = rng.choice([None, HostSample(1.0, 2.5, 4096, None, 7, 3, 'pr\u00f6c"')])
+        t = rng.choice([1763719210.0, rng.random() * 2e9])
+        line = encode_reading(t, gpus, host)
+        assert line == _reference_line(t, gpus, host)
+        assert decode_reading(line, header).host == (
+            None if host is None else dataclasses.replace(host, time_s=t)
+        )
