@@ -43,9 +43,9 @@ from pathlib import Path
 from slurm_gpu import spool
 from slurm_gpu.accounting.runner import CommandResult, SubprocessRunner
 from slurm_gpu.accounting.sacct import DELIM, SACCT_ENV, SacctSource, build_argv
+from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.collector import Collector, CollectorOptions
 from slurm_gpu.records import (
-    Distribution,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -113,13 +113,6 @@ class RecordedRunner:
                         out[k] = b + out[k][len(tid) :]
                 chunks.append(sep.join(out) + b"\n")
         return CommandResult(0, b"".join(chunks), "")
-
-
-def dist(values: Sequence[float]) -> Distribution:
-    counts = [0] * 101
-    for v in values:
-        counts[min(100, int(v))] += 1
-    return Distribution(counts=tuple(counts), total=float(sum(values)))
 
 
 def make_record(job_id: str, host: str, n_gpus: int, rng: random.Random) -> NodeRecord:

@@ -10,7 +10,7 @@ JSON for checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from slurm_gpu.recordcodec import from_jsonable, to_jsonable
@@ -63,6 +63,14 @@ class DistAccumulator:
         out.counts = [int(c) for c in counts]
         out.total = float(total)
         return out
+
+
+def distribution_of(values: Iterable[float]) -> Distribution:
+    """The ``Distribution`` the sampler would build from ``values`` (percent), in one call."""
+    acc = DistAccumulator()
+    for v in values:
+        acc.add(v)
+    return acc.freeze()
 
 
 class _Mean:

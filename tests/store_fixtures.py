@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.records import (
-    Distribution,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -83,13 +83,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 # --------------------------------------------------------------------------- builders
-
-
-def dist(values: Sequence[float]) -> Distribution:
-    counts = [0] * 101
-    for v in values:
-        counts[min(100, int(v))] += 1
-    return Distribution(counts=tuple(counts), total=float(sum(values)))
 
 
 def make_gpu(uuid: str, *, util: Sequence[float] = (0, 50, 90, 95), minor: int = 0) -> GpuSummary:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.records import (
-    Distribution,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -18,14 +18,6 @@ from slurm_gpu.records import (
 
 GIB = 1024**3
 T0 = 1_700_000_000.0
-
-
-def dist(values: list[float]) -> Distribution:
-    """A 1 %-bin distribution of ``values``."""
-    counts = [0] * 101
-    for v in values:
-        counts[min(100, int(v))] += 1
-    return Distribution(counts=tuple(counts), total=float(sum(values)))
 
 
 def gpu(

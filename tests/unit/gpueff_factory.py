@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.records import (
-    Distribution,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -61,13 +61,6 @@ def job(**over: Any) -> JobRecord:
         mail_type="END",
     )
     return replace(base, **over)
-
-
-def dist(values: list[float]) -> Distribution:
-    counts = [0] * 101
-    for v in values:
-        counts[min(100, int(v))] += 1
-    return Distribution(counts=tuple(counts), total=float(sum(values)))
 
 
 def gpu(uuid: str, minor: int, util: list[float], *, process_seen: bool = True) -> GpuSummary:

@@ -20,9 +20,9 @@ from slurm_gpu.accounting.admincomment import (
 )
 from slurm_gpu.accounting.runner import CommandResult
 from slurm_gpu.accounting.sacct import parse_sacct_output
+from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import (
-    Distribution,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -31,13 +31,6 @@ from slurm_gpu.records import (
 )
 
 GIB = 1024**3
-
-
-def dist(values: list[float]) -> Distribution:
-    counts = [0] * 101
-    for v in values:
-        counts[min(100, int(v))] += 1
-    return Distribution(counts=tuple(counts), total=float(sum(values)))
 
 
 def gpu(minor: int, util: list[float], used_gib: float, total_gib: float = 80) -> GpuSummary:
