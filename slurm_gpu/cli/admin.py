@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
-from slurm_gpu.cli.common import run_guarded
+from slurm_gpu.cli.common import config_option, debug_option, run_guarded
 from slurm_gpu.errors import SlurmGpuError
 
 #: subcommand -> module holding a click command or group named ``cli``. A module that does not
@@ -52,14 +52,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Configuration file (default: $SLURM_GPU_CONFIG or /etc/slurm-gpu/config.toml).",
-)
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@config_option
+@debug_option
 @click.version_option(__version__, prog_name="slurm-gpu")
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:

@@ -63,3 +63,16 @@ def debug_enabled(ctx: click.Context) -> bool:
     """Whether ``--debug`` (or ``SLURM_GPU_DEBUG=1``) was given."""
     obj = ctx.find_root().ensure_object(dict)
     return bool(obj.get("debug")) or os.environ.get("SLURM_GPU_DEBUG") == "1"
+
+
+#: ``--config``, as the two top-level commands (``gpueff`` and ``slurm-gpu``) take it.
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (default: $SLURM_GPU_CONFIG or /etc/slurm-gpu/config.toml).",
+)
+
+#: ``--debug``: tracebacks on errors (otherwise one line and a hint).
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
-from slurm_gpu.cli.common import run_guarded
+from slurm_gpu.cli.common import config_option, debug_option, run_guarded
 from slurm_gpu.errors import UsageError
 
 #: Context-settings key tests use to inject (accounting, reader) in place of the real ones.
@@ -162,14 +162,8 @@ def _run(
     default=None,
     help="Force colour on or off (default: on a terminal, unless NO_COLOR is set).",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Configuration file (default: $SLURM_GPU_CONFIG or /etc/slurm-gpu/config.toml).",
-)
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@config_option
+@debug_option
 @click.version_option(__version__, prog_name="gpueff")
 @click.pass_context
 def cli(

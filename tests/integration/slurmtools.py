@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from slurm_gpu.accounting.base import FINAL_STATES
+
 REPO = Path(__file__).resolve().parents[2]
 START_SCRIPT = REPO / "share" / "testcluster" / "start"
 STOP_SCRIPT = REPO / "share" / "testcluster" / "stop"
@@ -20,19 +22,7 @@ DEFAULT_TC_ROOT = "/var/lib/slurm-gpu-testcluster"
 TEST_USERS = ("sgtest1", "sgtest2")
 
 #: Job states after which a job never runs again (sacct's first word of State).
-TERMINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-    }
-)
+TERMINAL_STATES = FINAL_STATES
 
 
 class ClusterError(RuntimeError):
