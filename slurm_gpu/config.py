@@ -268,6 +268,11 @@ class GpueffSettings:
     template_dir: str = _opt(
         "", "Directory whose templates override templates/gpueff, file by file; empty: none."
     )
+    cache_reports: bool = _opt(
+        True,
+        "The collector renders each stored job's report so that gpueff prints it from one read "
+        "(SQLite stores; used while the templates, these settings and the release are unchanged).",
+    )
 
 
 @dataclass(frozen=True)

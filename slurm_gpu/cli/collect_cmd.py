@@ -152,6 +152,17 @@ def admin_comment_publisher(settings: Settings, runner: Any = None) -> Any:
     return AdminCommentPublisher(writer)
 
 
+def report_prerenderer(settings: Settings, store: Any) -> Any:
+    """The step that renders stored jobs' ``gpueff`` reports (``[gpueff] cache_reports`` on a
+    SQLite store), else ``None``."""
+    if not settings.gpueff.cache_reports:
+        return None
+    from slurm_gpu.userreport.prerender import ReportPrerenderer
+
+    prerenderer = ReportPrerenderer(settings, store)
+    return prerenderer if prerenderer.enabled else None
+
+
 def _one_pass(
     settings: Settings, job_id: str | None, missing: bool, admin_comment: Any = None
 ) -> Any:
@@ -185,6 +196,7 @@ def _one_pass(
                 options=options,
                 analyse=analyse,
                 admin_comment=admin_comment,
+                reports=report_prerenderer(settings, store),
             ).run_once(job_id, missing_pass=missing)
     finally:
         lock.release()

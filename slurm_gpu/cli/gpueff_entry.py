@@ -2,7 +2,9 @@
 
 ``gpueff 1234`` on the caller's own finished, collected job is answered from the store alone
 (Slurm always shows users their own jobs; see docs/gpueff.md, "Who can see what"). That case
-pays for nothing else, not even click's import (~17 ms of a ~130 ms run). Anything else —
+pays for nothing else, not even click's import; when the collector has rendered the job's
+report into a SQLite store (``[gpueff] cache_reports``), it prints that text after one indexed
+read, without importing the report code or jinja2 (``reportcache``). Anything else —
 options, other users' jobs, running jobs, arrays, a job accounting must be asked about, any
 error — goes to the full click command (``slurm_gpu.cli.gpueff``), which decides and reports
 exactly as if this module did not exist.
@@ -13,25 +15,32 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_gpu.config import Settings
 
 #: Plain job ids and array tasks only; anything else (options, ranges) takes the full path.
 _SIMPLE_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
 
-class _AccountingNeeded(Exception):
-    """Raised by the stand-in accounting: this run must take the full path."""
+def _cached(settings: Settings, args: list[str], uid: int) -> str | None:
+    """The output from the reports the collector rendered into a SQLite store, when every id
+    has one rendered under this release, these templates and these settings; else ``None``.
+    Imports the standard library only (``reportcache``)."""
+    if not settings.gpueff.cache_reports:
+        return None
+    from slurm_gpu.store.urls import sqlite_path
 
+    path = sqlite_path(settings.store_url)
+    if path is None:
+        return None
+    from slurm_gpu.userreport.reportcache import read_cached, render_key
+    from slurm_gpu.userreport.tty import use_colour
 
-class _NoAccounting:
-    """Accounting for the fast path: being asked at all means the fast path does not apply."""
-
-    name = "none"
-
-    def get_jobs(self, job_ids: object) -> dict[str, object]:
-        raise _AccountingNeeded
-
-    def jobs_between(self, *args: object, **kwargs: object) -> list[object]:
-        raise _AccountingNeeded
+    texts = read_cached(path, args, uid, render_key(settings.gpueff), colour=use_colour(None))
+    # As ``output.render_groups`` joins single-job reports.
+    return None if texts is None else "\n".join(texts)
 
 
 def fast_path(args: list[str]) -> str | None:
@@ -47,13 +56,18 @@ def fast_path(args: list[str]) -> str | None:
         return None
     try:
         from slurm_gpu.config import load_settings
+
+        settings = load_settings(config_path)
+        cached = _cached(settings, args, uid)
+        if cached is not None:
+            return cached
+
         from slurm_gpu.userreport import output, service
         from slurm_gpu.userreport.readers import make_reader
         from slurm_gpu.userreport.terminal import TerminalRenderer
 
-        settings = load_settings(config_path)
         reader = make_reader(settings)
-        pending = service.start_lookup(args, _NoAccounting(), reader, caller_uid=uid)  # type: ignore[arg-type]
+        pending = service.start_lookup(args, service.NoAccounting(), reader, caller_uid=uid)
         if pending.asked_accounting:
             return None
         found = pending.finish(min_elapsed_s=settings.gpueff.min_elapsed_s)

@@ -65,3 +65,35 @@ def info(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"telemetry:      {status}")
     if i.size_bytes is not None:
         click.echo(f"size:           {i.size_bytes / 2**20:.1f} MiB")
+
+
+@cli.command("reports")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="At most this many jobs, newest first.",
+)
+@click.pass_context
+def reports(ctx: click.Context, limit: int) -> None:
+    """Render gpueff's report of stored jobs that have none under the current templates.
+
+    The collector renders each job it stores; run this after changing templates, the
+    [gpueff] settings or the release, or for jobs stored before the cache existed, so that
+    gpueff answers those from one read again. Needs [gpueff] cache_reports and a SQLite store.
+    """
+    from slurm_gpu.store import Store
+    from slurm_gpu.userreport.prerender import ReportPrerenderer
+
+    settings = settings_from(ctx)
+    with Store.open(settings.store_url, migrate=False) as store:
+        prerenderer = ReportPrerenderer(settings, store)
+        if not prerenderer.enabled:
+            click.echo(
+                "reports are not cached: [gpueff] cache_reports is off or the store is not a "
+                "SQLite file (gpueff renders every report itself)"
+            )
+            return
+        candidates, written = prerenderer.refresh(limit=limit)
+    click.echo(f"{written} report(s) rendered ({candidates} job(s) had none under this key)")

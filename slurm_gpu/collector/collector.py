@@ -75,6 +75,13 @@ class CommentPublisher(Protocol):
     def publish(self, bundles: Sequence[JobBundle]) -> tuple[list[str], list[str]]: ...
 
 
+class ReportPublisher(Protocol):
+    """Renders stored jobs' ``gpueff`` reports into the store
+    (``slurm_gpu.userreport.prerender``); never raises, returns how many were written."""
+
+    def publish(self, jobs: Sequence[JobRecord]) -> int: ...
+
+
 class SealedLike(Protocol):
     """A sealed record's location (``slurm_gpu.spool.SealedRecord``)."""
 
@@ -225,6 +232,7 @@ class Collector:
         reader: RecordReader | None = None,
         clock: Callable[[], float] = time.time,
         admin_comment: CommentPublisher | None = None,
+        reports: ReportPublisher | None = None,
     ) -> None:
         self.store = store
         self.accounting = accounting
@@ -235,6 +243,7 @@ class Collector:
         self.reader = reader or _SpoolModule()
         self.clock = clock
         self.admin_comment = admin_comment
+        self.reports = reports
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
 
@@ -281,6 +290,8 @@ class Collector:
                 )
             if self.admin_comment is not None:
                 self._publish(bundles, acc)
+            if self.reports is not None:
+                self.reports.publish([b.job for b in bundles])
         if missing_pass and job_id is None:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
@@ -482,6 +493,8 @@ class Collector:
             size = max(1, opts.batch_size)
             for i in range(0, len(bundles), size):
                 self.store.write_batch(bundles[i : i + size], collected_at_s=now)
+                if self.reports is not None:
+                    self.reports.publish([b.job for b in bundles[i : i + size]])
             for b in bundles:
                 acc.missing.append(b.job.job_id)
                 log.warning(

@@ -34,12 +34,18 @@ class Migration:
 
 
 def _m1_create_tables(conn: Connection) -> None:
-    tables = [t for t in schema.metadata.sorted_tables if t.name != "schema_version"]
+    # Only the version-1 tables: a fresh store passes through every later step too.
+    tables = [t for t in schema.metadata.sorted_tables if t.name in schema.V1_TABLES]
     schema.metadata.create_all(conn, tables=tables)
+
+
+def _m2_job_reports(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.job_reports])
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
+    Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -238,5 +238,25 @@ findings = Table(
 )
 Index("ix_findings_code", findings.c.code)
 
+job_reports = Table(
+    "job_reports",
+    metadata,
+    Column("job_id", String(32), ForeignKey(_JOB_FK, ondelete="CASCADE"), primary_key=True),
+    # The id as a user types it for this one job: ``1234``, ``1234_7`` (array task) or
+    # ``1234+0`` (het component); what ``gpueff``'s cached path looks up.
+    Column("typed_id", String(64), nullable=False),
+    # ``slurm_gpu.userreport.reportcache.render_key`` of the release, templates and settings
+    # that rendered the texts; a reader with another key renders afresh.
+    Column("render_key", String(64), nullable=False),
+    # ``gpueff``'s terminal report of the job, without and with colour.
+    Column("plain", Text, nullable=False),
+    Column("colour", Text, nullable=False),
+    Column("rendered_at_s", Float, nullable=False),
+)
+Index("ix_job_reports_typed", job_reports.c.typed_id)
+
+#: The tables migration 1 created (schema version 1).
+V1_TABLES = ("jobs", "job_hosts", "job_gpus", "timelines", "findings")
+
 #: Child tables first: the order in which a job's rows are deleted.
-JOB_CHILD_TABLES = (findings, timelines, job_gpus, job_hosts)
+JOB_CHILD_TABLES = (job_reports, findings, timelines, job_gpus, job_hosts)

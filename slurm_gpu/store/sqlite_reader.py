@@ -23,27 +23,14 @@ from urllib.parse import quote
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store import rows
 from slurm_gpu.store.rows import StoredJob
+from slurm_gpu.store.urls import sqlite_path as sqlite_path
 
 #: The schema version these queries are written for; a test keeps it equal to
 #: ``migrations.LATEST_VERSION``, so a new migration cannot forget this reader.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Ids per ``IN (...)`` list, as in ``Store``.
 _CHUNK = 500
-
-_SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
-
-
-def sqlite_path(url: str) -> str | None:
-    """The database file of a plain SQLite store URL; ``None`` for any other URL (PostgreSQL,
-    in-memory, URI file names, URLs with query options), which keep the SQLAlchemy path."""
-    for prefix in _SQLITE_PREFIXES:
-        if url.startswith(prefix):
-            path = url[len(prefix) :]
-            if not path or path == ":memory:" or path.startswith("file:") or "?" in path:
-                return None
-            return path
-    return None
 
 
 def _row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Any:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    or_,
     select,
     tuple_,
 )
@@ -82,6 +83,19 @@ class JobBundle:
     findings: tuple[FindingLike, ...] = ()
     analysis_version: str | None = None
     """Version of the analysis that produced ``findings``; ``None`` when none ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReport:
+    """One job's ``gpueff`` report as rendered at collection (``schema.job_reports``)."""
+
+    job_id: str
+    typed_id: str
+    render_key: str
+    plain: str
+    colour: str
+    rendered_at_s: float
+    """When it was rendered, seconds since the epoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +530,46 @@ class Store:
         except SQLAlchemyError as exc:
             raise _store_error(self.url, exc) from None
 
+    def write_reports(self, reports: Sequence[CachedReport]) -> None:
+        """Insert or replace the rendered ``gpueff`` reports of stored jobs in one transaction
+        (a job deleted meanwhile is skipped). Raises ``StoreError`` on a database error."""
+        if not reports:
+            return
+        r = schema.job_reports
+        ids = [c.job_id for c in reports]
+        try:
+            with self._write() as conn:
+                stored: set[str] = set()
+                for chunk in _chunks(ids):
+                    conn.execute(delete(r).where(r.c.job_id.in_(chunk)))
+                    stored.update(
+                        conn.execute(
+                            select(schema.jobs.c.job_id).where(schema.jobs.c.job_id.in_(chunk))
+                        ).scalars()
+                    )
+                rows_ = [dataclasses.asdict(c) for c in reports if c.job_id in stored]
+                for part in _chunks(rows_):
+                    conn.execute(r.insert(), list(part))
+        except SQLAlchemyError as exc:
+            raise _store_error(self.url, exc) from None
+
+    def jobs_needing_reports(self, render_key: str, *, limit: int = 10_000) -> list[str]:
+        """Ids of stored jobs without a report rendered under ``render_key`` (none yet, or
+        one from other templates or another release), at most ``limit``, newest end first."""
+        j, r = schema.jobs, schema.job_reports
+        query = (
+            select(j.c.job_id)
+            .select_from(j.outerjoin(r, r.c.job_id == j.c.job_id))
+            .where(or_(r.c.job_id.is_(None), r.c.render_key != render_key))
+            .order_by(j.c.end_s.desc(), j.c.job_id)
+            .limit(limit)
+        )
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(query).scalars())
+        except SQLAlchemyError as exc:
+            raise _store_error(self.url, exc) from None
+
     def _write(self) -> AbstractContextManager[Connection]:
         return migrations.write_transaction(self.engine)
 
@@ -653,6 +707,8 @@ class Store:
                             schema.job_gpus,
                             schema.timelines,
                             schema.findings,
+                            # Since schema version 2; an older store shows without it.
+                            *((schema.job_reports,) if version >= 2 else ()),
                         )
                     }
                     if version

@@ -3,21 +3,11 @@ entry point (``slurm_gpu.cli.gpueff_entry``) so both print the same bytes."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
 
 from slurm_gpu.userreport.model import JobReport
 from slurm_gpu.userreport.terminal import TerminalRenderer
-
-
-def use_colour(flag: bool | None) -> bool:
-    """Colour when asked, else on a terminal unless ``NO_COLOR`` is set or ``TERM=dumb``."""
-    if flag is not None:
-        return flag
-    if os.environ.get("NO_COLOR"):
-        return False
-    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+from slurm_gpu.userreport.tty import use_colour as use_colour
 
 
 def render_groups(

@@ -87,12 +87,17 @@ class StoreAndSpoolReader:
         *,
         spark_points: int = adapter.SPARK_POINTS,
         cache_templates: bool = False,
+        store: Any = None,
+        wording: adapter.Wording | None = None,
     ) -> None:
+        """``store`` and ``wording``: an open store reader and a findings wording to use
+        instead of opening them (the caller keeps and closes the store)."""
         self._settings = settings
         self._spark_points = spark_points
         self._cache_templates = cache_templates
-        self._store: Any = None
-        self._wording: adapter.Wording | None = None
+        self._owns_store = store is None
+        self._store: Any = store
+        self._wording: adapter.Wording | None = wording
         self._read: set[str] = set()
         self._stored: dict[str, Any] = {}
         self._ahead: dict[str, Telemetry] = {}
@@ -199,8 +204,8 @@ class StoreAndSpoolReader:
         return adapter.telemetry_from_live(summaries)
 
     def close(self) -> None:
-        """Release the store's connections, if it was opened."""
-        if self._store is not None:
+        """Release the store's connections, if this reader opened it."""
+        if self._store is not None and self._owns_store:
             self._store.close()
 
 

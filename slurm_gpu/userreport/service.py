@@ -140,6 +140,23 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
     )
 
 
+class AccountingNeeded(Exception):
+    """Raised by ``NoAccounting``: the answer needs accounting, which is not to be asked."""
+
+
+class NoAccounting:
+    """Accounting for a lookup that must be answered from the store alone (``gpueff``'s fast
+    entry, the collector's rendering of reports): being asked at all means it cannot be."""
+
+    name = "none"
+
+    def get_jobs(self, job_ids: object) -> dict[str, JobRecord]:
+        raise AccountingNeeded
+
+    def jobs_between(self, *args: object, **kwargs: object) -> list[JobRecord]:
+        raise AccountingNeeded
+
+
 def _matches(typed: str, job: JobRecord) -> bool:
     """Whether accounting's ``job`` answers the id the user typed."""
     parsed = parse_job_id(typed)

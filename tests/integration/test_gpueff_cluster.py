@@ -147,6 +147,44 @@ def test_owner_report_runs_no_sacct(idle_gpu_job: str, counted_sacct: tuple[Path
     assert other.stderr.startswith(f"gpueff: job {idle_gpu_job} not found")
 
 
+def test_owner_report_is_printed_from_the_collectors_rendering(idle_gpu_job: str) -> None:
+    """The collector rendered the job's report into the store after storing it; the owner's
+    ``gpueff`` prints that text without importing the report code or jinja2, and it is
+    byte for byte what the full path (``SLURM_GPU_DEBUG=1``, which asks sacct) prints."""
+    import os
+    import sqlite3
+
+    from slurm_gpu.config import load_settings
+    from slurm_gpu.store.urls import sqlite_path
+
+    cfg = str(slurmtools.slurm_gpu_config_path())
+    path = sqlite_path(load_settings(cfg).store_url)
+    assert path is not None
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        rows = conn.execute(
+            "SELECT typed_id FROM job_reports WHERE job_id = ?", (idle_gpu_job,)
+        ).fetchall()
+    assert rows == [(idle_gpu_job,)]
+    cached = _gpueff("sgtest1", idle_gpu_job)
+    gpueff = str(slurmtools.venv_python().parent / "gpueff")
+    full = slurmtools.run_as(
+        "sgtest1",
+        [gpueff, "--config", cfg, idle_gpu_job],
+        env={**os.environ, "SLURM_GPU_DEBUG": "1"},
+    )
+    assert cached.returncode == 0 and f"Job {idle_gpu_job}" in cached.stdout
+    assert cached.stdout == full.stdout
+    code = (
+        "import sys\n"
+        "from slurm_gpu.cli import gpueff_entry\n"
+        f"out = gpueff_entry.fast_path(['--config', {cfg!r}, {idle_gpu_job!r}])\n"
+        "assert out, out\n"
+        "print(sorted(m for m in ('jinja2', 'click', 'slurm_gpu.records') if m in sys.modules))\n"
+    )
+    probe = slurmtools.run_as("sgtest1", [str(slurmtools.venv_python()), "-c", code])
+    assert probe.stdout.strip() == "[]"
+
+
 def test_running_job_shows_live_numbers() -> None:
     job_id = _submit_demo("healthy")
     try:

@@ -334,3 +334,34 @@ def test_the_lock_admits_one_collector(tmp_path: Path) -> None:
     a.release()
     assert b.acquire()
     b.release()
+
+
+def test_each_stored_batch_gets_its_gpueff_reports_rendered(env: Env) -> None:
+    """With the report step (``[gpueff] cache_reports``), every job the pass stores, from the
+    spool or as missing telemetry, gets its report rendered after the commit."""
+    from slurm_gpu.config import parse_settings
+    from slurm_gpu.userreport.prerender import ReportPrerenderer
+    from slurm_gpu.userreport.reportcache import read_cached, render_key
+
+    settings = parse_settings(
+        {"paths": {"state_dir": str(env.state_dir)}, "store": {"url": env.url}}, path=None
+    )
+    env.clock.now = END + 3600
+    for i in range(3):
+        env.add_job(make_job(str(100 + i)), "node1")
+    env.accounting.jobs["200"] = make_job("200", gpus=2)  # no record: stored as missing
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2, missing_grace_s=600)
+        collector.reports = ReportPrerenderer(settings, store)
+        report = collector.run_once()
+    assert report.ingested == ("100", "101", "102")  # type: ignore[attr-defined]
+    assert report.missing_telemetry == ("200",)  # type: ignore[attr-defined]
+    key = render_key(settings.gpueff)
+    db = env.url.removeprefix("sqlite:///")
+    uid = make_job("100").uid
+    assert uid is not None
+    for jid in ("100", "101", "102", "200"):
+        texts = read_cached(db, [jid], uid, key, colour=False)
+        assert texts is not None and f"Job {jid} " in texts[0], jid
+    texts = read_cached(db, ["200"], uid, key, colour=False)
+    assert texts is not None and "No GPU telemetry was recorded" in texts[0]

@@ -272,3 +272,51 @@ def test_bad_urls_are_typed_errors_with_hints(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(StoreError, match="cannot create"):
         Store.open(f"sqlite:///{blocker}/sub/s.db")
+
+
+def test_rendered_reports_are_written_replaced_and_dropped_with_their_job(
+    store_url: str,
+) -> None:
+    from slurm_gpu.store.store import CachedReport
+
+    def report(job_id: str, key: str, text: str) -> CachedReport:
+        return CachedReport(job_id, job_id, key, text, f"\x1b[1m{text}\x1b[0m", 1.0)
+
+    with Store.open(store_url) as store:
+        store.write_batch([_bundle("1"), _bundle("2"), _bundle("3")], collected_at_s=1.0)
+        assert sorted(store.jobs_needing_reports("k1")) == ["1", "2", "3"]
+        assert len(store.jobs_needing_reports("k1", limit=2)) == 2
+        # A report of a job that is not stored (deleted meanwhile) is skipped.
+        store.write_reports(
+            [report("1", "k1", "one"), report("2", "k0", "two"), report("9", "k1", "x")]
+        )
+        assert sorted(store.jobs_needing_reports("k1")) == ["2", "3"]
+        store.write_reports([report("2", "k1", "two again")])
+        assert store.jobs_needing_reports("k1") == ["3"]
+        with store.engine.connect() as conn:
+            r = schema.job_reports
+            rows = conn.execute(sa.select(r.c.job_id, r.c.plain).order_by(r.c.job_id)).all()
+        assert [tuple(x) for x in rows] == [("1", "one"), ("2", "two again")]
+        # Storing a job again drops its report with its other rows.
+        store.write_batch([_bundle("1")], collected_at_s=2.0)
+        assert sorted(store.jobs_needing_reports("k1")) == ["1", "3"]
+
+
+def test_a_version_1_store_migrates_to_the_report_table_and_keeps_its_jobs(
+    store_url: str,
+) -> None:
+    with Store.open(store_url) as store:
+        store.write_batch([_bundle("7")], collected_at_s=1.0)
+        # Back to what a version-1 store holds: no report table, version 1.
+        with migrations.write_transaction(store.engine) as conn:
+            schema.job_reports.drop(conn)
+            conn.execute(
+                sa.delete(schema.schema_version).where(schema.schema_version.c.version > 1)
+            )
+    with pytest.raises(StoreError, match="schema version 1"):
+        Store.open(store_url, migrate=False)
+    with Store.open(store_url) as store:
+        assert store.job_ids() == ["7"]
+        assert store.jobs_needing_reports("k") == ["7"]
+        with store.engine.connect() as conn:
+            assert migrations.current_version(conn) == migrations.LATEST_VERSION == 2

@@ -1,0 +1,18 @@
+"""Which store URLs are plain SQLite files (standard library only: ``gpueff``'s fast path
+reads them without SQLAlchemy)."""
+
+from __future__ import annotations
+
+_SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
+
+
+def sqlite_path(url: str) -> str | None:
+    """The database file of a plain SQLite store URL; ``None`` for any other URL (PostgreSQL,
+    in-memory, URI file names, URLs with query options), which keep the SQLAlchemy path."""
+    for prefix in _SQLITE_PREFIXES:
+        if url.startswith(prefix):
+            path = url[len(prefix) :]
+            if not path or path == ":memory:" or path.startswith("file:") or "?" in path:
+                return None
+            return path
+    return None

@@ -1,0 +1,127 @@
+"""Render ``gpueff``'s report of stored jobs into the store, so that ``gpueff`` prints it.
+
+The collector calls ``ReportPrerenderer.publish`` after each committed batch (and
+``slurm-gpu store reports`` renders the jobs stored before, or under other templates). Each
+report is produced exactly as ``gpueff`` produces it on the owner's own settled job: the same
+lookup (``service.start_lookup`` answered from the store alone, as the job's owner), the same
+SQLite reader, the same renderer, so the stored text is byte for byte what ``gpueff`` would
+print (a test compares them). ``gpueff`` uses it only while ``reportcache.render_key``
+matches (``slurm_gpu.userreport.reportcache``).
+
+Only SQLite stores: for PostgreSQL, ``gpueff`` imports SQLAlchemy and renders anyway, so a
+cache would not make it faster. Rendering is best effort: a job that cannot be rendered is
+logged and skipped, and ``gpueff`` then renders it itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from slurm_gpu.accounting.base import is_settled
+from slurm_gpu.config import Settings
+from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.records import JobRecord
+from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
+from slurm_gpu.store.store import CachedReport
+from slurm_gpu.userreport import adapter, output, service
+from slurm_gpu.userreport.readers import StoreAndSpoolReader
+from slurm_gpu.userreport.reportcache import render_key, typed_id
+from slurm_gpu.userreport.terminal import TerminalRenderer
+
+log = logging.getLogger("slurm_gpu.prerender")
+
+
+class ReportPrerenderer:
+    """Renders reports of stored jobs and writes them with ``store.write_reports``.
+
+    ``store`` is the open ``Store`` the collector writes to; ``settings`` must be those
+    ``gpueff`` reads (the same configuration file), or the key will not match theirs.
+    """
+
+    def __init__(
+        self, settings: Settings, store: Any, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self.path = sqlite_path(settings.store_url)
+        self.key = render_key(settings.gpueff)
+        self._plain: TerminalRenderer | None = None
+        self._colour: TerminalRenderer | None = None
+        self._wording: adapter.Wording | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether reports are rendered: ``[gpueff] cache_reports`` on a SQLite store."""
+        return self.path is not None and self._settings.gpueff.cache_reports
+
+    def publish(self, jobs: Iterable[JobRecord]) -> int:
+        """Render and store the reports of these just-stored jobs; returns how many were
+        written. Never raises: the jobs are stored whatever happens here."""
+        if not self.enabled:
+            return 0
+        try:
+            return self._render_and_write(list(jobs))
+        except Exception:  # a rendering or store problem must not end the collector's pass
+            log.exception("rendering gpueff reports failed; gpueff will render them itself")
+            return 0
+
+    def refresh(self, *, limit: int = 10_000) -> tuple[int, int]:
+        """Render the stored jobs whose report is missing or was rendered under another key,
+        newest first, at most ``limit``; returns (candidates, written). Raises ``StoreError``."""
+        if not self.enabled:
+            return (0, 0)
+        ids = self._store.jobs_needing_reports(self.key, limit=limit)
+        if not ids:
+            return (0, 0)
+        assert self.path is not None
+        with SqliteReader.open(self.path) as reader:
+            jobs = [s.job for s in reader.jobs_for_ids(ids)]
+        return (len(ids), self._render_and_write(jobs))
+
+    def _render_and_write(self, jobs: Sequence[JobRecord]) -> int:
+        eligible = [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
+        if not eligible:
+            return 0
+        assert self.path is not None
+        now = self._clock()
+        out: list[CachedReport] = []
+        # The store as gpueff reads it: the standard-library reader, after the commit.
+        with SqliteReader.open(self.path) as sq:
+            for job in eligible:
+                try:
+                    cached = self._render(sq, job, now)
+                except (SlurmGpuError, service.AccountingNeeded, OSError, ValueError) as exc:
+                    log.warning("job %s: report not rendered (%s)", job.job_id, exc)
+                    continue
+                if cached is not None:
+                    out.append(cached)
+        self._store.write_reports(out)
+        return len(out)
+
+    def _render(self, sq: SqliteReader, job: JobRecord, now: float) -> CachedReport | None:
+        s = self._settings.gpueff
+        if self._wording is None:
+            self._wording = adapter.findings_wording(s.template_dir)
+            self._plain = TerminalRenderer(colour=False, template_dir=s.template_dir)
+            self._colour = TerminalRenderer(colour=True, template_dir=s.template_dir)
+        assert self._plain is not None and self._colour is not None
+        typed = typed_id(job)
+        reader = StoreAndSpoolReader(self._settings, store=sq, wording=self._wording)
+        pending = service.start_lookup([typed], service.NoAccounting(), reader, caller_uid=job.uid)
+        if pending.asked_accounting:
+            return None  # the store alone does not answer it: gpueff asks accounting
+        found = pending.finish(min_elapsed_s=s.min_elapsed_s)
+        if found.missing or len(found.groups) != 1 or len(found.groups[0][1]) != 1:
+            return None
+        return CachedReport(
+            job_id=job.job_id,
+            typed_id=typed,
+            render_key=self.key,
+            plain=output.render_groups(self._plain, found.groups),
+            colour=output.render_groups(self._colour, found.groups),
+            rendered_at_s=now,
+        )
