@@ -9,14 +9,22 @@ Layout (``JobSpool``)::
         <host>.record                  the sealed NodeRecord (atomic rename), root 0600
         <host>.live.json               small live summary, owned by the job's uid, 0400
 
-Spool lines (JSON Lines, one object per line, ``\\n``-terminated)::
+Spool lines (JSON Lines, one object per line, ``\\n``-terminated), version 2 (columnar)::
 
-    {"schema": "slurm-gpu/spool", "version": 1, "job_id": "42", "hostname": "n1", "uid": 1001,
-     "interval_s": 10.0, "source": "nvml", "gpus": [GpuInfo...], "started_s": 1763719200.0}
-    {"t": 1763719210.0, "g": [GpuSample without uuid/time_s, in header order], "h": HostSample}
+    {"schema": "slurm-gpu/spool", "version": 2, "job_id": "42", "hostname": "n1", "uid": 1001,
+     "interval_s": 10.0, "source": "nvml", "gpus": [GpuInfo...], "started_s": 1763719200.0,
+     "sample_fields": ["available", "utilization_pct", ...], "host_fields": ["cpu_time_s", ...]}
+    {"t": 1763719210.0, "g": [[value per sample field], ... one array per GPU in header order],
+     "h": [value per host field]}
 
-A reader rejects an unknown schema or version with ``SpoolFormatError`` and ignores a
-truncated last line (a crash mid-write), reporting ``truncated=True``.
+The field names are written once, in the header; a GPU's array holds every ``GpuSample``
+field but ``uuid`` and ``time_s`` in the order of ``sample_fields`` (processes as
+``[pid, used_memory_bytes]`` pairs), ``h`` the ``HostSample`` fields in the order of
+``host_fields`` and is left out when the host could not be read. Version 1 (one object per
+GPU sample, fields at their default left out) is still read, and a writer appending to a
+version 1 file goes on in version 1. A reader rejects an unknown schema or version with
+``SpoolFormatError`` and ignores a truncated last line (a crash mid-write), reporting
+``truncated=True``.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from slurm_gpu.recordcodec import (
     timeline_to_columns,
     to_jsonable,
 )
-from slurm_gpu.records import GpuInfo, GpuSample, HostSample, NodeRecord
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, NodeRecord
 
 # Paths, atomic writes and pid files live in ``spoolpaths`` (light, for the epilog); they are
 # re-exported here so that ``slurm_gpu.spool`` stays the one module the other parts import.
@@ -56,7 +64,10 @@ from slurm_gpu.spoolpaths import write_atomic as write_atomic
 from slurm_gpu.spoolpaths import write_pidfile as write_pidfile
 
 SPOOL_SCHEMA = "slurm-gpu/spool"
-SPOOL_VERSION = 1
+#: Version 2 writes each GPU sample as an array of values in the header's field order;
+#: version 1 (an object per sample) is still read.
+SPOOL_VERSION = 2
+SPOOL_VERSIONS_READ = (1, 2)
 RECORD_SCHEMA = "slurm-gpu/node-record"
 #: Version 2 stores the timeline as columns (``recordcodec.timeline_to_columns``); version 1
 #: (a list of point objects) is still read.
@@ -67,6 +78,24 @@ STATE_VERSION = 1
 
 
 # --------------------------------------------------------------------------- spool lines
+
+#: GpuSample fields a spool line carries (uuid and time come from the header and the line),
+#: with their defaults (version 1 leaves out a field at its default).
+_SAMPLE_FIELDS = tuple(
+    (f.name, f.default) for f in dataclasses.fields(GpuSample) if f.name not in ("uuid", "time_s")
+)
+#: The order of a GPU's values in a version 2 line, as this version writes it.
+SAMPLE_FIELDS = tuple(name for name, _default in _SAMPLE_FIELDS)
+#: The order of the host values in a version 2 line, as this version writes it.
+HOST_FIELDS = tuple(f.name for f in dataclasses.fields(HostSample) if f.name != "time_s")
+_REQUIRED = {
+    cls: frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.name not in ("uuid", "time_s")
+    )
+    for cls in (GpuSample, HostSample)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +109,12 @@ class SpoolHeader:
     source: str
     gpus: tuple[GpuInfo, ...]
     started_s: float
+    version: int = SPOOL_VERSION
+    """Format of the reading lines that follow (one of ``SPOOL_VERSIONS_READ``)."""
+    sample_fields: tuple[str, ...] = SAMPLE_FIELDS
+    """Version 2: the ``GpuSample`` field at each position of a GPU's array; empty in 1."""
+    host_fields: tuple[str, ...] = HOST_FIELDS
+    """Version 2: the ``HostSample`` field at each position of ``h``; empty in 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +127,16 @@ class Reading:
 
 
 def encode_header(header: SpoolHeader) -> bytes:
-    body = {"schema": SPOOL_SCHEMA, "version": SPOOL_VERSION, **to_jsonable(header)}
+    """The header line (with its newline) of a spool in ``header.version``."""
+    body = {"schema": SPOOL_SCHEMA, "version": header.version, **to_jsonable(header)}
+    if header.version == 1:
+        del body["sample_fields"], body["host_fields"]
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
 def decode_header(line: bytes) -> SpoolHeader:
+    """Parse a header line of any version in ``SPOOL_VERSIONS_READ``; ``SpoolFormatError``
+    otherwise, or when a version 2 header names a field this version does not know."""
     try:
         data = json.loads(line)
     except ValueError as exc:
@@ -105,73 +145,66 @@ def decode_header(line: bytes) -> SpoolHeader:
         raise SpoolFormatError(
             "not a slurm-gpu spool file", hint=f"the first line must have schema {SPOOL_SCHEMA}"
         )
-    if data.get("version") != SPOOL_VERSION:
+    version = data.get("version")
+    if version not in SPOOL_VERSIONS_READ or isinstance(version, bool):
         raise SpoolFormatError(
-            f"spool version {data.get('version')!r} is not supported (this reader knows "
-            f"{SPOOL_VERSION})",
+            f"spool version {version!r} is not supported (this reader knows "
+            f"{', '.join(map(str, SPOOL_VERSIONS_READ))})",
             hint="upgrade slurm-gpu on this host to read it",
         )
-    del data["schema"], data["version"]
+    del data["schema"]
+    if version == 1:
+        data["sample_fields"] = data["host_fields"] = []
+    else:
+        for key, known, cls in (
+            ("sample_fields", SAMPLE_FIELDS, GpuSample),
+            ("host_fields", HOST_FIELDS, HostSample),
+        ):
+            names = data.get(key)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise SpoolFormatError(f"spool header: {key} must be a list of field names")
+            if not set(names) <= set(known) or len(set(names)) != len(names):
+                raise SpoolFormatError(
+                    f"spool header: {key} names fields this reader does not know",
+                    hint="upgrade slurm-gpu on this host to read it",
+                )
+            if not _REQUIRED[cls] <= set(names):
+                raise SpoolFormatError(f"spool header: {key} lacks a required field")
     try:
         return from_jsonable(SpoolHeader, data)
     except (ValueError, TypeError) as exc:
         raise SpoolFormatError(f"bad spool header: {exc}") from None
 
 
-#: GpuSample fields a spool line carries (uuid and time come from the header and the line),
-#: with their defaults: a field at its default is left out.
-_SAMPLE_FIELDS = tuple(
-    (f.name, f.default) for f in dataclasses.fields(GpuSample) if f.name not in ("uuid", "time_s")
-)
-_SAMPLE_NAMES = tuple(name for name, _default in _SAMPLE_FIELDS)
-_SAMPLE_DEFAULTS = tuple(default for _name, default in _SAMPLE_FIELDS)
-_sample_values = operator.attrgetter(*_SAMPLE_NAMES)
-_HOST_FIELDS = tuple(f.name for f in dataclasses.fields(HostSample) if f.name != "time_s")
-_host_values = operator.attrgetter(*_HOST_FIELDS)
+def _values_of(names: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """A C-level getter of the attributes ``names`` as one tuple (``attrgetter`` returns a
+    bare value for one name)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    return lambda obj: tuple(getattr(obj, n) for n in names)
 
 
-_PROCESSES = _SAMPLE_NAMES.index("processes")
+def _process_pair(obj: Any) -> list[Any]:
+    # The C encoder calls this for every object it does not know: in a version 2 line only
+    # the GpuProcess entries of ``processes`` (the rest are tuples, numbers, None and bools).
+    if type(obj) is GpuProcess:
+        return [obj.pid, obj.used_memory_bytes]
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def _process_dicts(procs: Sequence[Any]) -> list[dict[str, Any]]:
-    return [
-        {"pid": p.pid}
-        if p.used_memory_bytes is None
-        else {"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
-        for p in procs
-    ]
+LineEncoder = Callable[[float, Sequence[GpuSample], HostSample | None], bytes]
 
 
-def _sample_dict(sample: GpuSample) -> dict[str, Any]:
-    # Written for every GPU at every reading, so without a Python loop over the fields: they
-    # are taken in one C call and the ones at their default (None, True, ()) dropped by
-    # compress/map/ne, all in C. ``value != default`` keeps the same fields as
-    # ``value is not default and value != default`` for these defaults.
-    values = _sample_values(sample)
-    d = dict(compress(zip(_SAMPLE_NAMES, values, strict=True), map(ne, values, _SAMPLE_DEFAULTS)))
-    if values[_PROCESSES]:
-        d["processes"] = _process_dicts(values[_PROCESSES])
-    return d
-
-
-def encode_reading(time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> bytes:
-    """One spool line (with its newline). GPU samples must follow the header's GPU order."""
-    body: dict[str, Any] = {"t": time_s, "g": list(map(_sample_dict, gpus))}
-    if host is not None:
-        body["h"] = dict(zip(_HOST_FIELDS, _host_values(host), strict=True))
-    return (_dumps(body) + "\n").encode()
-
-
-def _make_dumps() -> Callable[[Any], str]:
+def _make_dumps(default: Callable[[Any], Any]) -> Callable[[Any], str]:
     # The C encoder made once, instead of at every ``JSONEncoder.encode`` call, and without
     # the circular-reference check (a spool line is a tree built here): the same text as
-    # ``json.dumps(body, separators=(",", ":"))``.
+    # ``json.dumps(body, separators=(",", ":"), default=default)``.
     c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
     if c_make_encoder is None:
-        return json.JSONEncoder(separators=(",", ":")).encode
+        return json.JSONEncoder(separators=(",", ":"), default=default).encode
     encoder = c_make_encoder(
         None,  # markers: no circular check
-        json.JSONEncoder().default,
+        default,
         json.encoder.encode_basestring_ascii,
         None,  # indent
         ":",
@@ -188,22 +221,123 @@ def _make_dumps() -> Callable[[Any], str]:
     return dumps
 
 
-_dumps = _make_dumps()
+_dumps = _make_dumps(json.JSONEncoder().default)
+_dumps_v2 = _make_dumps(_process_pair)
+
+
+def _columnar_encoder(sample_fields: Sequence[str], host_fields: Sequence[str]) -> LineEncoder:
+    """Version 2 lines in the given field orders."""
+    sample_values = _values_of(sample_fields)
+    host_values = _values_of(host_fields)
+    dumps = _dumps_v2
+
+    def encode(time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> bytes:
+        # Every GPU's values in one C call each, written by the C encoder: no Python per
+        # field and no dict per sample (the field names are in the header).
+        body: dict[str, Any] = {"t": time_s, "g": list(map(sample_values, gpus))}
+        if host is not None:
+            body["h"] = host_values(host)
+        return (dumps(body) + "\n").encode()
+
+    return encode
+
+
+#: One version 2 spool line (with its newline) in ``SAMPLE_FIELDS``/``HOST_FIELDS`` order.
+#: GPU samples must follow the header's GPU order.
+encode_reading: LineEncoder = _columnar_encoder(SAMPLE_FIELDS, HOST_FIELDS)
+
+
+# Version 1: an object per GPU sample, fields at their default left out.
+_SAMPLE_DEFAULTS = tuple(default for _name, default in _SAMPLE_FIELDS)
+_sample_values = operator.attrgetter(*SAMPLE_FIELDS)
+_host_values = operator.attrgetter(*HOST_FIELDS)
+_PROCESSES = SAMPLE_FIELDS.index("processes")
+
+
+def _process_dicts(procs: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {"pid": p.pid}
+        if p.used_memory_bytes is None
+        else {"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
+        for p in procs
+    ]
+
+
+def _sample_dict(sample: GpuSample) -> dict[str, Any]:
+    # The fields are taken in one C call and the ones at their default (None, True, ())
+    # dropped by compress/map/ne, all in C. ``value != default`` keeps the same fields as
+    # ``value is not default and value != default`` for these defaults.
+    values = _sample_values(sample)
+    d = dict(compress(zip(SAMPLE_FIELDS, values, strict=True), map(ne, values, _SAMPLE_DEFAULTS)))
+    if values[_PROCESSES]:
+        d["processes"] = _process_dicts(values[_PROCESSES])
+    return d
+
+
+def encode_reading_v1(time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> bytes:
+    """One version 1 spool line (an object per GPU sample, defaults left out), for a writer
+    that appends to a spool begun in version 1."""
+    body: dict[str, Any] = {"t": time_s, "g": list(map(_sample_dict, gpus))}
+    if host is not None:
+        body["h"] = dict(zip(HOST_FIELDS, _host_values(host), strict=True))
+    return (_dumps(body) + "\n").encode()
+
+
+def line_encoder(header: SpoolHeader) -> LineEncoder:
+    """The encoder of reading lines that fit ``header`` (its version and field orders)."""
+    if header.version == 1:
+        return encode_reading_v1
+    if header.sample_fields == SAMPLE_FIELDS and header.host_fields == HOST_FIELDS:
+        return encode_reading
+    return _columnar_encoder(header.sample_fields, header.host_fields)
+
+
+def _row(values: Any, names: Sequence[str], what: str) -> dict[str, Any]:
+    if not isinstance(values, list) or len(values) != len(names):
+        raise ValueError(f"{what}: expected a list of {len(names)} values")
+    return dict(zip(names, values, strict=True))
+
+
+def _process_object(pair: Any) -> dict[str, Any]:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError("processes: expected [pid, used_memory_bytes] pairs")
+    return {"pid": pair[0], "used_memory_bytes": pair[1]}
+
+
+def _sample_from_row(values: Any, header: SpoolHeader, uuid: str, time_s: float) -> GpuSample:
+    d = _row(values, header.sample_fields, "GPU sample")
+    procs = d.get("processes")
+    if isinstance(procs, list):
+        d["processes"] = [_process_object(p) for p in procs]
+    d["uuid"], d["time_s"] = uuid, time_s
+    return from_jsonable(GpuSample, d)
 
 
 def decode_reading(line: bytes, header: SpoolHeader) -> Reading:
-    """Parse one spool line; ``SpoolFormatError`` when it does not fit the header."""
+    """Parse one spool line of ``header``'s version; ``SpoolFormatError`` when it does not
+    fit the header."""
     try:
         data = json.loads(line)
         t = float(data["t"])
         raw = data["g"]
         if len(raw) != len(header.gpus):
             raise ValueError("GPU count differs from the header")
-        gpus = tuple(
-            from_jsonable(GpuSample, {**d, "uuid": info.uuid, "time_s": t})
-            for d, info in zip(raw, header.gpus, strict=True)
-        )
-        host = from_jsonable(HostSample, {**data["h"], "time_s": t}) if "h" in data else None
+        host: HostSample | None = None
+        if header.version == 1:
+            gpus = tuple(
+                from_jsonable(GpuSample, {**d, "uuid": info.uuid, "time_s": t})
+                for d, info in zip(raw, header.gpus, strict=True)
+            )
+            if "h" in data:
+                host = from_jsonable(HostSample, {**data["h"], "time_s": t})
+        else:
+            gpus = tuple(
+                _sample_from_row(values, header, info.uuid, t)
+                for values, info in zip(raw, header.gpus, strict=True)
+            )
+            if "h" in data:
+                h = _row(data["h"], header.host_fields, "host sample")
+                host = from_jsonable(HostSample, {**h, "time_s": t})
     except (ValueError, KeyError, TypeError) as exc:
         raise SpoolFormatError(f"bad spool line: {exc}") from None
     return Reading(time_s=t, gpus=gpus, host=host)
@@ -212,7 +346,9 @@ def decode_reading(line: bytes, header: SpoolHeader) -> Reading:
 class SpoolWriter:
     """Appends to a spool file: the header once, then a line per reading, flushed each time.
 
-    fsync only happens at ``sync()`` (checkpoints) to keep the per-reading cost low.
+    fsync only happens at ``sync()`` (checkpoints) to keep the per-reading cost low. A file
+    that already has a header (a sampler restarted for the same job) is continued in that
+    header's format, so that one file never mixes versions.
     """
 
     def __init__(self, path: str, header: SpoolHeader) -> None:
@@ -222,14 +358,22 @@ class SpoolWriter:
             os.fchmod(self._fd, FILE_MODE)
             if os.fstat(self._fd).st_size == 0:
                 _write_all(self._fd, encode_header(header))
+            else:
+                # Not readable as a header (torn, foreign): appended to as before.
+                with contextlib.suppress(SpoolFormatError):
+                    header, _offset = read_header(path)
         except BaseException:
             os.close(self._fd)
             raise
+        self._encode = line_encoder(header)
 
     def append(self, time_s: float, gpus: Sequence[GpuSample], host: HostSample | None) -> None:
         """Write one line. Raises ``OSError`` (ENOSPC, EIO); a partial line may then remain,
         which readers ignore when it is the last."""
-        _write_all(self._fd, encode_reading(time_s, gpus, host))
+        line = self._encode(time_s, gpus, host)
+        written = os.write(self._fd, line)
+        if written != len(line):
+            _write_all(self._fd, line[written:])  # a short write: the rest, or the error
 
     def sync(self) -> int:
         """fsync and return the file size: the offset a checkpoint may resume from."""

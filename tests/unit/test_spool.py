@@ -18,8 +18,10 @@ from slurm_gpu.errors import SpoolFormatError
 from slurm_gpu.recordcodec import to_jsonable
 from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, TimelinePoint
 from slurm_gpu.spool import (
+    HOST_FIELDS,
     RECORD_SCHEMA,
     RECORD_VERSION,
+    SAMPLE_FIELDS,
     JobSpool,
     SpoolHeader,
     SpoolWriter,
@@ -28,6 +30,7 @@ from slurm_gpu.spool import (
     decode_record,
     encode_header,
     encode_reading,
+    encode_reading_v1,
     encode_record,
     list_sealed,
     read_header,
@@ -55,6 +58,8 @@ HEADER = SpoolHeader(
     gpus=INFO,
     started_s=1000.0,
 )
+#: The same spool as written before version 2 (an object per GPU sample).
+HEADER_V1 = dataclasses.replace(HEADER, version=1, sample_fields=(), host_fields=())
 FULL = GpuSample(
     uuid="GPU-a",
     time_s=1010.0,
@@ -93,8 +98,8 @@ HOST = HostSample(
 )
 
 
-def write_spool(path: Path, n: int) -> None:
-    w = SpoolWriter(str(path), HEADER)
+def write_spool(path: Path, n: int, header: SpoolHeader = HEADER) -> None:
+    w = SpoolWriter(str(path), header)
     for i in range(n):
         t = 1010.0 + 10 * i
         w.append(t, [FULL, LOST], HOST)
@@ -104,13 +109,40 @@ def write_spool(path: Path, n: int) -> None:
 def test_header_roundtrip_and_sample_header_fields(tmp_path: Path) -> None:
     line = encode_header(HEADER)
     data = json.loads(line)
-    assert data["schema"] == "slurm-gpu/spool" and data["version"] == 1
+    assert data["schema"] == "slurm-gpu/spool" and data["version"] == 2
     assert {"job_id", "hostname", "uid", "interval_s", "source", "gpus", "started_s"} <= data.keys()
+    # The field names are written once, here, in the order of every line's values.
+    assert data["sample_fields"] == list(SAMPLE_FIELDS)
+    assert "uuid" not in SAMPLE_FIELDS and "time_s" not in SAMPLE_FIELDS
+    assert data["host_fields"] == list(HOST_FIELDS) and "time_s" not in HOST_FIELDS
     assert decode_header(line) == HEADER
 
 
+def test_version_1_header_is_read_and_written_as_before() -> None:
+    line = encode_header(HEADER_V1)
+    data = json.loads(line)
+    assert data["version"] == 1 and "sample_fields" not in data and "host_fields" not in data
+    assert list(data) == [
+        "schema", "version", "job_id", "hostname", "uid", "interval_s", "source", "gpus",
+        "started_s",
+    ]  # fmt: skip
+    assert decode_header(line) == HEADER_V1
+
+
 @pytest.mark.parametrize(
-    "change", [{"version": 2}, {"schema": "other"}, {"version": None}, {"gpus": "x"}]
+    "change",
+    [
+        {"version": 3},
+        {"version": True},
+        {"schema": "other"},
+        {"version": None},
+        {"gpus": "x"},
+        {"sample_fields": "x"},
+        {"sample_fields": [*SAMPLE_FIELDS, "future_field_pct"]},
+        {"sample_fields": ["power_w", "power_w"]},
+        {"host_fields": [1, 2]},
+        {"host_fields": ["method"]},  # the others are required
+    ],
 )
 def test_unknown_header_rejected(change: dict[str, object]) -> None:
     data = json.loads(encode_header(HEADER))
@@ -119,12 +151,20 @@ def test_unknown_header_rejected(change: dict[str, object]) -> None:
         decode_header(json.dumps(data).encode())
 
 
-def test_readings_roundtrip_and_file_mode(tmp_path: Path) -> None:
+def test_version_2_header_without_field_lists_rejected() -> None:
+    data = json.loads(encode_header(HEADER))
+    del data["sample_fields"]
+    with pytest.raises(SpoolFormatError, match="sample_fields"):
+        decode_header(json.dumps(data).encode())
+
+
+@pytest.mark.parametrize("header", [HEADER, HEADER_V1], ids=["v2", "v1"])
+def test_readings_roundtrip_and_file_mode(tmp_path: Path, header: SpoolHeader) -> None:
     path = tmp_path / "n1.jsonl"
-    write_spool(path, 3)
+    write_spool(path, 3, header)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     contents = read_spool(str(path))
-    assert contents.header == HEADER
+    assert contents.header == header
     assert not contents.truncated
     assert len(contents.readings) == 3
     r = contents.readings[1]
@@ -138,11 +178,13 @@ def _fields(obj: object) -> dict[str, object]:
     return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]
 
 
-def test_truncated_last_line_ignored(tmp_path: Path) -> None:
+@pytest.mark.parametrize("header", [HEADER, HEADER_V1], ids=["v2", "v1"])
+@pytest.mark.parametrize("cut", [1, 25, 90])
+def test_truncated_last_line_ignored(tmp_path: Path, header: SpoolHeader, cut: int) -> None:
     path = tmp_path / "n1.jsonl"
-    write_spool(path, 4)
+    write_spool(path, 4, header)
     data = path.read_bytes()
-    path.write_bytes(data[:-25])
+    path.write_bytes(data[:-cut])
     contents = read_spool(str(path))
     assert contents.truncated
     assert len(contents.readings) == 3
@@ -153,6 +195,86 @@ def test_appending_to_existing_file_keeps_one_header(tmp_path: Path) -> None:
     write_spool(path, 2)
     write_spool(path, 2)
     assert len(read_spool(str(path)).readings) == 4
+
+
+def test_writer_continues_a_version_1_spool_in_version_1(tmp_path: Path) -> None:
+    """A sampler restarted after an upgrade appends to the file its predecessor began: one
+    file never mixes versions."""
+    path = tmp_path / "n1.jsonl"
+    write_spool(path, 2, HEADER_V1)
+    write_spool(path, 2, HEADER)
+    contents = read_spool(str(path))
+    assert contents.header == HEADER_V1 and not contents.truncated
+    assert len(contents.readings) == 4
+    assert contents.readings[3].gpus[0] == dataclasses.replace(FULL, time_s=1020.0)
+    assert all(
+        isinstance(json.loads(line)["g"][0], dict) for line in path.read_bytes().splitlines()[1:]
+    )
+
+
+def test_writer_continues_a_version_2_spool_in_its_field_order(tmp_path: Path) -> None:
+    path = tmp_path / "n1.jsonl"
+    other = dataclasses.replace(
+        HEADER,
+        sample_fields=tuple(reversed(SAMPLE_FIELDS))[:-1],  # without "available": its default
+        host_fields=tuple(reversed(HOST_FIELDS)),
+    )
+    write_spool(path, 1, other)
+    write_spool(path, 1, HEADER)
+    contents = read_spool(str(path))
+    assert contents.header == other and len(contents.readings) == 2
+    for reading in contents.readings:
+        assert reading.gpus[0] == dataclasses.replace(FULL, time_s=reading.time_s)
+        assert reading.host == dataclasses.replace(HOST, time_s=reading.time_s)
+
+
+def test_version_2_line_is_one_array_per_gpu_in_header_order() -> None:
+    line = encode_reading(1010.0, [FULL, LOST], HOST)
+    data = json.loads(line)
+    assert list(data) == ["t", "g", "h"]
+    full, lost = data["g"]
+    expected = {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in _fields(FULL).items()
+        if k not in ("uuid", "time_s")
+    }
+    expected["processes"] = [[7, 100], [8, None]]
+    assert dict(zip(SAMPLE_FIELDS, full, strict=True)) == expected
+    assert dict(zip(SAMPLE_FIELDS, lost, strict=True)) == {
+        n: False
+        if n == "available"
+        else []
+        if n in ("utilization_samples_pct", "xid_events")
+        else None
+        for n in SAMPLE_FIELDS
+    }
+    assert data["h"] == [12.5, 2**30, 5, 6, 3, "proc"]
+    # A third of the bytes of the same reading in version 1.
+    assert len(line) * 2 < len(encode_reading_v1(1010.0, [FULL, LOST], HOST))
+    assert "h" not in json.loads(encode_reading(1010.0, [LOST, LOST], None))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"t": 1.0, "g": [[true], []]}',  # too few values
+        b'{"t": 1.0, "g": [{"available": true}, {"available": false}]}',  # version 1 objects
+        b'{"t": 1.0, "g": [[], []], "h": {}}',
+        b'{"t": "x", "g": [[], []]}',
+    ],
+)
+def test_bad_version_2_lines_rejected(line: bytes) -> None:
+    with pytest.raises(SpoolFormatError):
+        decode_reading(line, HEADER)
+
+
+def test_version_2_bad_process_pairs_rejected() -> None:
+    data = json.loads(encode_reading(1010.0, [FULL, LOST], HOST))
+    i = SAMPLE_FIELDS.index("processes")
+    for bad in ([[7]], [7], [[7, "x"]], [["7", 1]]):
+        data["g"][0][i] = bad
+        with pytest.raises(SpoolFormatError):
+            decode_reading(json.dumps(data).encode(), HEADER)
 
 
 def test_empty_or_foreign_spool_rejected(tmp_path: Path) -> None:
@@ -344,9 +466,9 @@ def test_timeline_points_built_without_the_constructor_equal_constructed_ones(
     assert hash(fast.timeline[0]) == hash(slow.timeline[0])
 
 
-def _reference_line(time_s: float, gpus: list[GpuSample], host: HostSample | None) -> bytes:
-    """A spool line as the format defines it: every sample field but uuid and time that is
-    not at its default, processes as objects, compact JSON."""
+def _reference_line_v1(time_s: float, gpus: list[GpuSample], host: HostSample | None) -> bytes:
+    """A version 1 spool line as the format defines it: every sample field but uuid and time
+    that is not at its default, processes as objects, compact JSON."""
     g = []
     for s in gpus:
         d: dict[str, Any] = {}
@@ -366,7 +488,35 @@ def _reference_line(time_s: float, gpus: list[GpuSample], host: HostSample | Non
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
-def test_reading_lines_are_the_format_byte_for_byte() -> None:
+def _reference_line_v2(time_s: float, gpus: list[GpuSample], host: HostSample | None) -> bytes:
+    """A version 2 spool line as the format defines it: per GPU the values of every sample
+    field but uuid and time, in field order, processes as [pid, used_memory_bytes] pairs;
+    the host's values but time; compact JSON."""
+    g = []
+    for s in gpus:
+        row: list[Any] = []
+        for f in dataclasses.fields(GpuSample):
+            value = getattr(s, f.name)
+            if f.name in ("uuid", "time_s"):
+                continue
+            if f.name == "processes" and value is not None:
+                value = [[p.pid, p.used_memory_bytes] for p in value]
+            row.append(list(value) if isinstance(value, tuple) else value)
+        g.append(row)
+    body: dict[str, Any] = {"t": time_s, "g": g}
+    if host is not None:
+        body["h"] = [v for k, v in dataclasses.asdict(host).items() if k != "time_s"]
+    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("version", "encode", "reference"),
+    [(2, encode_reading, _reference_line_v2), (1, encode_reading_v1, _reference_line_v1)],
+    ids=["v2", "v1"],
+)
+def test_reading_lines_are_the_format_byte_for_byte(
+    version: int, encode: Any, reference: Any
+) -> None:
     rng = random.Random(20261121)
     floats = [0.0, -0.0, 1e-7, 1e20, 100.0, 33.3, math.nan, math.inf, -math.inf]
 
@@ -393,6 +543,8 @@ def test_reading_lines_are_the_format_byte_for_byte() -> None:
         job_id="1", hostname="n1", uid=None, interval_s=1.0, source="virtual",
         gpus=tuple(GpuInfo(uuid=f"GPU-{i}") for i in range(4)), started_s=0.0,
     )  # fmt: skip
+    if version == 1:
+        header = dataclasses.replace(header, version=1, sample_fields=(), host_fields=())
     for _ in range(2000):
         gpus = [
             GpuSample(uuid=f"GPU-{i}", time_s=1.0, **{f.name: value(f) for f in fields})
@@ -400,8 +552,10 @@ def test_reading_lines_are_the_format_byte_for_byte() -> None:
         ]
         host = rng.choice([None, HostSample(1.0, 2.5, 4096, None, 7, 3, 'pr\u00f6c"')])
         t = rng.choice([1763719210.0, rng.random() * 2e9])
-        line = encode_reading(t, gpus, host)
-        assert line == _reference_line(t, gpus, host)
-        assert decode_reading(line, header).host == (
-            None if host is None else dataclasses.replace(host, time_s=t)
-        )
+        line = encode(t, gpus, host)
+        assert line == reference(t, gpus, host)
+        # Decoding gives back the same samples (compared through their encoding: NaN).
+        reading = decode_reading(line, header)
+        assert [s.uuid for s in reading.gpus] == [s.uuid for s in gpus]
+        assert encode(reading.time_s, reading.gpus, reading.host) == line
+        assert reading.host == (None if host is None else dataclasses.replace(host, time_s=t))
