@@ -9,16 +9,18 @@ A virtual GPU is a directory ``<virtual_dir>/<minor>/`` holding two JSON files:
     ``pci_bus_id`` and ``nvlink`` (whether NVLink counters exist).
 ``state.json``
     Rewritten atomically (temporary file + rename) by the workload driving the GPU, every tick.
-    It names its GPU (``uuid``; files written before that field existed are still read).
-    Like a real device it holds *cumulative* counters, so a reader polling at any rate gets
-    exact averages over its own interval: ``busy_s`` (seconds during which a kernel ran),
-    ``sm_active_s`` and ``tensor_active_s`` (busy seconds weighted by the share of SMs / tensor
-    cores active), ``energy_mj``, ``nvlink_tx_bytes``/``nvlink_rx_bytes``; and current values:
-    ``t_s`` (when written), ``power_w``, ``memory_used_bytes``, ``processes``
-    (``[{"pid", "used_memory_bytes", "start_ticks"}]``), ``throttle_reasons``,
-    ``pcie_tx_bytes_per_s``/``pcie_rx_bytes_per_s``, ``ecc_corrected_total``,
-    ``ecc_uncorrected_total``, ``xid_events`` (``[{"t_s", "xid"}]``) and ``samples``, a short
-    ring of recent ``[t_s, utilization_pct]`` sub-interval samples.
+    Version 2 is one JSON array: the version (``2``), then the values of ``STATE_FIELDS`` in
+    that order. Version 1 (an object with ``"schema": 1`` and these names as keys, processes
+    and XID events as objects) is still read. The state names its GPU (``uuid``; version 1
+    files written before that field existed are still read). Like a real device it holds
+    *cumulative* counters, so a reader polling at any rate gets exact averages over its own
+    interval: ``busy_s`` (seconds during which a kernel ran), ``sm_active_s`` and
+    ``tensor_active_s`` (busy seconds weighted by the share of SMs / tensor cores active),
+    ``energy_mj``, ``nvlink_tx_bytes``/``nvlink_rx_bytes``; and current values: ``t_s`` (when
+    written), ``power_w``, ``memory_used_bytes``, ``processes`` (``[pid, used_memory_bytes,
+    start_ticks]`` each), ``throttle_reasons``, ``pcie_tx_bytes_per_s``/``pcie_rx_bytes_per_s``,
+    ``ecc_corrected_total``, ``ecc_uncorrected_total``, ``xid_events`` (``[t_s, xid]`` each) and
+    ``samples``, a short ring of recent ``[t_s, utilization_pct]`` sub-interval samples.
 
 ``VirtualGpuSource`` reads them the way NVML reads a real GPU: the duty cycle of a reading is
 the ``busy_s`` delta over the time since the previous reading; when no workload writes any more
@@ -53,6 +55,30 @@ from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample
 from slurm_gpu.telemetry.base import THROTTLE_GPU_IDLE
 
 SCHEMA_VERSION = 1
+"""Version of ``identity.json``."""
+STATE_VERSION = 2
+"""Version of ``state.json`` the writer writes; the reader also takes version 1."""
+#: The values of a version 2 ``state.json``, in order, after the version.
+STATE_FIELDS = (
+    "uuid",
+    "t_s",
+    "busy_s",
+    "sm_active_s",
+    "tensor_active_s",
+    "energy_mj",
+    "power_w",
+    "memory_used_bytes",
+    "throttle_reasons",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "nvlink_tx_bytes",
+    "nvlink_rx_bytes",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "processes",
+    "xid_events",
+    "samples",
+)
 IDENTITY_FILE = "identity.json"
 STATE_FILE = "state.json"
 STALE_AFTER_S = 1.0
@@ -116,7 +142,7 @@ def resolve_model(model: str) -> GpuModel:
 # --------------------------------------------------------------------------- file helpers
 
 
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+def _write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` by temporary file + rename, so readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     payload = json.dumps(data, separators=(",", ":")).encode()
@@ -139,6 +165,49 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _state_row(state: Mapping[str, Any]) -> list[Any]:
+    """The version 2 ``state.json`` value of a state held as a version 1 object."""
+    row: list[Any] = [STATE_VERSION]
+    row += (state[name] for name in STATE_FIELDS[:-3])
+    row.append(
+        [
+            [p.get("pid"), p.get("used_memory_bytes"), p.get("start_ticks")]
+            for p in state["processes"]
+        ]
+    )
+    row.append([[e["t_s"], e["xid"]] for e in state["xid_events"]])
+    row.append(state["samples"])
+    return row
+
+
+def _state_from_row(row: Any) -> dict[str, Any]:
+    """A version 2 ``state.json`` value as the version 1 object; ``ValueError`` if it is not
+    one."""
+    if not isinstance(row, list) or len(row) != len(STATE_FIELDS) + 1 or row[0] != STATE_VERSION:
+        raise ValueError("not a version 2 virtual GPU state")
+    state = dict(zip(STATE_FIELDS, row[1:], strict=True))
+    state["schema"] = 1
+    state["processes"] = [
+        {"pid": pid, "used_memory_bytes": mem, "start_ticks": start}
+        for pid, mem, start in state["processes"]
+    ]
+    state["xid_events"] = [{"t_s": t, "xid": xid} for t, xid in state["xid_events"]]
+    return state
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A ``state.json`` of either version, as the version 1 object (what the writer works
+    on). Raises ``OSError`` or ``ValueError``."""
+    with open(path, "rb") as fh:
+        data = json.load(fh)
+    if isinstance(data, dict):
+        return data
+    try:
+        return _state_from_row(data)
+    except TypeError as exc:
+        raise ValueError(f"{path}: not a virtual GPU state ({exc})") from None
+
+
 def _pid_start_ticks(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or
     ``None`` if the process does not exist. Used to tell a live process from a reused pid."""
@@ -156,13 +225,17 @@ def _pid_start_ticks(pid: int) -> int | None:
 
 
 def _process_alive(entry: Mapping[str, Any]) -> bool:
-    pid = entry.get("pid")
+    return _pid_alive(entry.get("pid"), entry.get("start_ticks"))
+
+
+def _pid_alive(pid: Any, recorded: Any) -> bool:
+    """Whether ``pid`` runs and (when ``recorded`` is not ``None``) started at ``recorded``
+    clock ticks, i.e. is the process a state file listed and not a reused pid."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     ticks = _pid_start_ticks(pid)
     if ticks is None:
         return False
-    recorded = entry.get("start_ticks")
     return recorded is None or recorded == ticks
 
 
@@ -229,9 +302,10 @@ def create_gpus(
             _write_json_atomic(gpu_dir / IDENTITY_FILE, identity)
             state_path = gpu_dir / STATE_FILE
             try:
-                _read_json(state_path)
+                read_state(state_path)
             except (OSError, ValueError):
-                _write_json_atomic(state_path, _initial_state(clock(), str(identity["uuid"])))
+                initial = _initial_state(clock(), str(identity["uuid"]))
+                _write_json_atomic(state_path, _state_row(initial))
             infos.append(_info_from_identity(identity))
     except OSError as exc:
         raise TelemetryUnavailableError(
@@ -305,7 +379,7 @@ class VirtualGpuDevice:
         self._rng = random.Random()
         now = clock()
         try:
-            state = _read_json(gpu_dir / STATE_FILE)
+            state = read_state(gpu_dir / STATE_FILE)
         except (OSError, ValueError):
             state = {}
         base = _initial_state(now, self.info.uuid)
@@ -446,8 +520,8 @@ class VirtualGpuDevice:
         self.flush()
 
     def flush(self) -> None:
-        """Write the state file now (atomically)."""
-        _write_json_atomic(self.gpu_dir / STATE_FILE, self.state)
+        """Write the state file now (atomically, version ``STATE_VERSION``)."""
+        _write_json_atomic(self.gpu_dir / STATE_FILE, _state_row(self.state))
 
 
 # --------------------------------------------------------------------------- reader
@@ -576,13 +650,13 @@ class _Liveness:
         self._exited = None
         self._used = set()
 
-    def alive(self, entry: Mapping[str, Any]) -> bool:
-        pid = entry.get("pid")
+    def alive(self, pid: Any, recorded: Any) -> bool:
+        """Whether the process a state lists as ``pid`` started at ``recorded`` (clock
+        ticks; ``None``: not recorded) still runs."""
         if not isinstance(pid, int) or pid <= 0:
             return False
-        recorded = entry.get("start_ticks")
         if recorded is not None and not isinstance(recorded, int):
-            return _process_alive(entry)
+            return _pid_alive(pid, recorded)
         key = (pid, recorded)
         fd = self._fds.get(key)
         if fd is not None:
@@ -598,7 +672,7 @@ class _Liveness:
         if recorded is not None and (pid, recorded) in self._dead:
             self._used.add(key)
             return False
-        alive = _process_alive(entry)
+        alive = _pid_alive(pid, recorded)
         if alive:
             self._watch(key, pid, recorded)
         elif recorded is not None:
@@ -698,7 +772,8 @@ class VirtualGpuSource:
         for gpu_uuid in uuids:
             try:
                 out.append(self._sample_one(gpu_uuid, gpus[gpu_uuid], now))
-            except (OSError, ValueError, KeyError, TypeError, IndexError):
+            except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+                # Gone, corrupt, or not a state at all: this GPU reads as lost.
                 out.append(GpuSample(uuid=gpu_uuid, time_s=now, available=False))
         self._liveness.end()
         return out
@@ -709,26 +784,47 @@ class VirtualGpuSource:
 
     def _sample_one(self, gpu_uuid: str, g: _Gpu, now: float) -> GpuSample:
         st = _read_json_fd(g.state_path)
-        if not isinstance(st, dict):
-            raise ValueError(f"{g.state_path}: not a JSON object")
-        get = st.get
+        if type(st) is not list:
+            st = _row_from_v1(st, g.state_path)
+        elif len(st) != _STATE_LEN or st[0] != STATE_VERSION:
+            raise ValueError(f"{g.state_path}: not a version {STATE_VERSION} state")
+        # One unpacking instead of a dict lookup per field (this runs for every GPU at every
+        # reading); the order is STATE_FIELDS.
+        (
+            _version,
+            owner,
+            t_file,
+            busy,
+            sm_s,
+            tensor_s,
+            energy_mj,
+            power_raw,
+            mem_reported,
+            throttle,
+            pcie_tx,
+            pcie_rx,
+            nvlink_tx,
+            nvlink_rx,
+            ecc_c,
+            ecc_u,
+            listed,
+            events,
+            ring,
+        ) = st
         # A state written by this version names its GPU, so a directory that now holds
         # another GPU is told without looking at identity.json; otherwise stat it.
-        owner = get("uuid")
         if owner is not None and owner != gpu_uuid:
             raise KeyError(gpu_uuid)
         if owner is None or g.identity_key is None:
             g.check_identity(gpu_uuid)
-        t_file = float(st["t_s"])
-        fresh = now - t_file <= STALE_AFTER_S
-        idle_w = g.idle_w
-        busy = float(st["busy_s"])
-        sm_s = float(get("sm_active_s", 0.0))
-        tensor_s = float(get("tensor_active_s", 0.0))
-        power_raw = get("power_w")
-        power = float(power_raw) if fresh and power_raw is not None else idle_w
-        energy = int(st["energy_mj"]) + int(max(0.0, now - t_file) * power * 1000)
-        ring = get("samples") or ()
+        t_file = float(t_file)
+        age = now - t_file
+        fresh = age <= STALE_AFTER_S
+        busy = float(busy)
+        sm_s = float(sm_s)
+        tensor_s = float(tensor_s)
+        power = float(power_raw) if fresh and power_raw is not None else g.idle_w
+        energy = int(energy_mj) + (int(age * power * 1000) if age > 0.0 else 0)
         # While a writer is alive its counters are exact at t_file; once it has stopped they
         # are exact up to now (nothing runs), so the reference time is now.
         ref = t_file if fresh else now
@@ -749,71 +845,134 @@ class VirtualGpuSource:
             sm_pct, tensor_pct = None, None
         util = 100.0 if util > 100.0 else 0.0 if util < 0.0 else util
         new_samples: tuple[float, ...] = ()
-        last_sample_s = g.last_sample_s
         if ring:
+            last_sample_s = g.last_sample_s
             new_samples = tuple(float(u) for t, u in ring if float(t) > last_sample_s)
             g.last_sample_s = max(last_sample_s, *(float(t) for t, _u in ring))
         new_xids: tuple[int, ...] = ()
-        events = get("xid_events")
         if events:
             last_xid_s = g.last_xid_s
-            xids = [(float(e["t_s"]), int(e["xid"])) for e in events]
+            xids = [(float(t), int(x)) for t, x in events]
             new_xids = tuple(x for t, x in xids if t > last_xid_s)
             g.last_xid_s = max(last_xid_s, *(t for t, _x in xids))
         if seen:
-            energy = max(energy, g.energy_mj)  # the extrapolation must stay monotonic
-            g.ref_s = max(ref, g.ref_s)
+            if energy < g.energy_mj:
+                energy = g.energy_mj  # the extrapolation must stay monotonic
+            if ref > g.ref_s:
+                g.ref_s = ref
         else:
             g.ref_s = ref
         g.busy_s, g.sm_active_s, g.tensor_active_s, g.energy_mj = busy, sm_s, tensor_s, energy
         g.seen = True
-        listed = get("processes")
         procs: tuple[GpuProcess, ...] = ()
+        mem_used = 0
         if listed:
             alive = self._liveness.alive
             procs = tuple(
-                GpuProcess(pid=int(p["pid"]), used_memory_bytes=p.get("used_memory_bytes"))
-                for p in listed
-                if alive(p)
+                GpuProcess(int(pid), mem) for pid, mem, start in listed if alive(pid, start)
             )
+            if procs:
+                mem_used = sum(p.used_memory_bytes or 0 for p in procs)
+                if fresh and mem_reported is not None:
+                    mem_used = int(mem_reported)
         total = g.total
-        mem_used = 0
-        if procs:
-            mem_used = sum(p.used_memory_bytes or 0 for p in procs)
-            if fresh:
-                mem_used = int(get("memory_used_bytes", mem_used))
-        throttle = get("throttle_reasons")
         if throttle is None:
             throttle = THROTTLE_GPU_IDLE if util == 0.0 else 0
         gpm = g.gpm
         nvlink = g.nvlink
+        # Positional, in GpuSample's field order (checked by the tests): keywords cost a
+        # name lookup per field, 25 per GPU per reading.
         return GpuSample(
-            uuid=gpu_uuid,
-            time_s=now,
-            available=True,
-            utilization_pct=round(util, 3),
-            utilization_samples_pct=new_samples,
-            memory_utilization_pct=round(util * 0.4, 3),
-            memory_used_bytes=min(mem_used, total),
-            memory_total_bytes=total,
-            power_w=round(power, 2),
-            energy_mj=energy,
-            sm_clock_mhz=g.clock_max if util > 0.0 else g.clock_idle,
-            memory_clock_mhz=g.mem_clock,
-            throttle_reasons=int(throttle),
-            temperature_c=round(30.0 + 45.0 * min(1.0, power / g.max_w), 1),
-            pcie_tx_bytes_per_s=float(get("pcie_tx_bytes_per_s", 0.0)) if fresh else 0.0,
-            pcie_rx_bytes_per_s=float(get("pcie_rx_bytes_per_s", 0.0)) if fresh else 0.0,
-            nvlink_tx_bytes=int(get("nvlink_tx_bytes", 0)) if nvlink else None,
-            nvlink_rx_bytes=int(get("nvlink_rx_bytes", 0)) if nvlink else None,
-            ecc_corrected_total=int(get("ecc_corrected_total", 0)),
-            ecc_uncorrected_total=int(get("ecc_uncorrected_total", 0)),
-            xid_events=new_xids,
-            processes=procs,
-            sm_active_pct=_clamp_pct(sm_pct) if gpm else None,
-            sm_occupancy_pct=None,
-            tensor_active_pct=_clamp_pct(tensor_pct) if gpm else None,
+            gpu_uuid,  # uuid
+            now,  # time_s
+            True,  # available
+            round(util, 3),  # utilization_pct
+            new_samples,  # utilization_samples_pct
+            round(util * 0.4, 3),  # memory_utilization_pct
+            mem_used if mem_used < total else total,  # memory_used_bytes
+            total,  # memory_total_bytes
+            round(power, 2),  # power_w
+            energy,  # energy_mj
+            g.clock_max if util > 0.0 else g.clock_idle,  # sm_clock_mhz
+            g.mem_clock,  # memory_clock_mhz
+            int(throttle),  # throttle_reasons
+            round(30.0 + 45.0 * min(1.0, power / g.max_w), 1),  # temperature_c
+            float(pcie_tx) if fresh else 0.0,  # pcie_tx_bytes_per_s
+            float(pcie_rx) if fresh else 0.0,  # pcie_rx_bytes_per_s
+            int(nvlink_tx) if nvlink else None,  # nvlink_tx_bytes
+            int(nvlink_rx) if nvlink else None,  # nvlink_rx_bytes
+            int(ecc_c),  # ecc_corrected_total
+            int(ecc_u),  # ecc_uncorrected_total
+            new_xids,  # xid_events
+            procs,  # processes
+            _clamp_pct(sm_pct) if gpm else None,  # sm_active_pct
+            None,  # sm_occupancy_pct
+            _clamp_pct(tensor_pct) if gpm else None,  # tensor_active_pct
         )
+
+
+#: Length of a version 2 state array: the version, then STATE_FIELDS.
+_STATE_LEN = len(STATE_FIELDS) + 1
+#: GpuSample's fields in the order ``_sample_one`` passes them.
+SAMPLE_ORDER = (
+    "uuid",
+    "time_s",
+    "available",
+    "utilization_pct",
+    "utilization_samples_pct",
+    "memory_utilization_pct",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "energy_mj",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "throttle_reasons",
+    "temperature_c",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "nvlink_tx_bytes",
+    "nvlink_rx_bytes",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "xid_events",
+    "processes",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+)
+
+
+def _row_from_v1(st: Any, path: str) -> list[Any]:
+    """A version 1 state (an object; missing optional keys take their defaults) as the
+    version 2 array; ``ValueError``/``KeyError``/``TypeError`` when it is not one."""
+    if not isinstance(st, dict):
+        raise ValueError(f"{path}: not a virtual GPU state")
+    get = st.get
+    return [
+        1,
+        get("uuid"),
+        st["t_s"],
+        st["busy_s"],
+        get("sm_active_s", 0.0),
+        get("tensor_active_s", 0.0),
+        st["energy_mj"],
+        get("power_w"),
+        get("memory_used_bytes"),
+        get("throttle_reasons"),
+        get("pcie_tx_bytes_per_s", 0.0),
+        get("pcie_rx_bytes_per_s", 0.0),
+        get("nvlink_tx_bytes", 0),
+        get("nvlink_rx_bytes", 0),
+        get("ecc_corrected_total", 0),
+        get("ecc_uncorrected_total", 0),
+        [
+            [p.get("pid"), p.get("used_memory_bytes"), p.get("start_ticks")]
+            for p in get("processes") or ()
+        ],
+        [[e["t_s"], e["xid"]] for e in get("xid_events") or ()],
+        get("samples") or (),
+    ]
 
 
 def _clamp_pct(value: float | None) -> float | None:

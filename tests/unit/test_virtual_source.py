@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,10 +17,13 @@ from slurm_gpu.errors import TelemetryUnavailableError
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.telemetry.virtual import (
     MODELS,
+    SAMPLE_ORDER,
+    STATE_FIELDS,
     STATE_FILE,
     VirtualGpuDevice,
     VirtualGpuSource,
     create_gpus,
+    read_state,
 )
 
 
@@ -71,11 +75,11 @@ def test_create_is_idempotent_and_keeps_uuids_and_counters(vdir: Path, clock: Fa
     dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
     dev.attach(memory_bytes=1000)
     drive(dev, clock, 1.0, 2.0)
-    busy = json.loads((vdir / "0" / STATE_FILE).read_text())["busy_s"]
+    busy = read_state(vdir / "0" / STATE_FILE)["busy_s"]
     after = create_gpus(vdir, 3, model="a100", memory_gib=10, clock=clock)
     assert [i.uuid for i in after][:2] == before
     assert after[0].memory_total_bytes == 10 * 1024**3
-    assert json.loads((vdir / "0" / STATE_FILE).read_text())["busy_s"] == busy
+    assert read_state(vdir / "0" / STATE_FILE)["busy_s"] == busy
 
 
 def test_model_by_product_name(tmp_path: Path) -> None:
@@ -183,12 +187,99 @@ def test_processes_with_dead_pids_are_dropped_and_memory_freed(
 
 def test_reused_pid_is_not_taken_for_the_old_process(vdir: Path, clock: FakeClock) -> None:
     state_path = vdir / "0" / STATE_FILE
-    state = json.loads(state_path.read_text())
+    state = read_state(state_path)
     state["processes"] = [{"pid": os.getpid(), "used_memory_bytes": 1, "start_ticks": 1}]
     state_path.write_text(json.dumps(state))
     source = VirtualGpuSource(vdir, clock=clock)
     gpu = source.list_gpus()[0].uuid
     assert source.sample([gpu])[0].processes == ()
+
+
+def test_writer_writes_state_version_2_as_one_array(vdir: Path, clock: FakeClock) -> None:
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    dev.attach(memory_bytes=1000)
+    drive(dev, clock, 0.5, 1.0)
+    dev.inject_xid(79)
+    row = json.loads((vdir / "0" / STATE_FILE).read_text())
+    assert isinstance(row, list) and row[0] == 2 and len(row) == len(STATE_FIELDS) + 1
+    state = dict(zip(STATE_FIELDS, row[1:], strict=True))
+    assert state["uuid"] == dev.uuid and state["busy_s"] == pytest.approx(0.5)
+    assert state["processes"] == [[os.getpid(), 1000, state["processes"][0][2]]]
+    assert state["xid_events"] == [[clock.now, 79]]
+    assert len(state["samples"]) == 5 and state["samples"][-1] == [clock.now, 50.0]
+    # The writer's own view (and read_state) is the version 1 object.
+    assert read_state(vdir / "0" / STATE_FILE) == {**dev.state, "schema": 1}
+
+
+def _as_version_1(path: Path) -> None:
+    """Rewrite a state file as the object a writer before version 2 wrote."""
+    path.write_text(json.dumps(read_state(path)))
+
+
+def test_version_1_states_read_as_version_2(vdir: Path, clock: FakeClock) -> None:
+    """A state written before version 2 (an object, processes and XIDs as objects) gives
+    the same readings as the same state in version 2."""
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    dev.attach(memory_bytes=2**30)
+    dev.set_throttle(0x4)
+    v2_source = VirtualGpuSource(vdir, clock=clock)
+    v1_source = VirtualGpuSource(vdir, clock=clock)
+    gpu = v2_source.list_gpus()[0].uuid
+    v1_source.list_gpus()
+    path = vdir / "0" / STATE_FILE
+    for step in range(4):
+        drive(dev, clock, 0.3 + 0.2 * step, 1.0, nvlink_tx_bytes_per_s=1e9)
+        if step == 2:
+            dev.inject_xid(48)
+            dev.add_ecc_errors(corrected=2)
+        (v2,) = v2_source.sample([gpu])
+        _as_version_1(path)
+        assert isinstance(json.loads(path.read_text()), dict)
+        (v1,) = v1_source.sample([gpu])
+        assert v1 == v2 and v2.available
+    assert v2.xid_events == () and v2.processes and v2.throttle_reasons == 0x4
+    # A writer opened on a version 1 state goes on from its counters, in version 2.
+    busy = read_state(path)["busy_s"]
+    VirtualGpuDevice.open(vdir, 0, clock=clock).tick(1.0)
+    assert json.loads(path.read_text())[0] == 2 and read_state(path)["busy_s"] >= busy
+
+
+def test_create_keeps_a_version_1_state(vdir: Path, clock: FakeClock) -> None:
+    dev = VirtualGpuDevice.open(vdir, 0, clock=clock)
+    drive(dev, clock, 1.0, 1.0)
+    path = vdir / "0" / STATE_FILE
+    _as_version_1(path)
+    before = path.read_text()
+    create_gpus(vdir, 2, clock=clock)
+    assert path.read_text() == before
+
+
+def test_samples_are_built_in_the_records_field_order() -> None:
+    """The source builds GpuSample positionally: its order must be the record's."""
+    from slurm_gpu.records import GpuSample
+
+    assert tuple(f.name for f in dataclasses.fields(GpuSample)) == SAMPLE_ORDER
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps([3, *([0] * len(STATE_FIELDS))]),  # an unknown version
+        json.dumps([2, *([0] * (len(STATE_FIELDS) - 1))]),  # a value missing
+        "[1, 2]",
+        json.dumps({"t_s": 1.0, "busy_s": 0.0, "energy_mj": 0, "processes": [7]}),
+        json.dumps({"t_s": None, "busy_s": 0.0, "energy_mj": 0}),
+        '"state"',
+    ],
+)
+def test_unknown_or_malformed_state_is_unavailable(
+    vdir: Path, clock: FakeClock, content: str
+) -> None:
+    source = VirtualGpuSource(vdir, clock=clock)
+    uuids = [i.uuid for i in source.list_gpus()]
+    (vdir / "0" / STATE_FILE).write_text(content)
+    broken, healthy = source.sample(uuids)
+    assert not broken.available and healthy.available
 
 
 @pytest.mark.parametrize("damage", ["delete_state", "corrupt_state", "delete_gpu", "not_object"])
@@ -307,7 +398,7 @@ def test_directory_taken_by_another_gpu_is_unavailable(
     (other,) = create_gpus(tmp_path / "vgpu", 1, clock=clock)
     assert other.uuid != gpu
     state_path = tmp_path / "vgpu" / "0" / STATE_FILE
-    state = json.loads(state_path.read_text())
+    state = read_state(state_path)
     assert state["uuid"] == other.uuid
     if legacy_state:  # written before states named their GPU: identity.json tells
         del state["uuid"]
@@ -319,7 +410,7 @@ def test_identity_change_is_seen_without_a_new_source(vdir: Path, clock: FakeClo
     source = VirtualGpuSource(vdir, clock=clock)
     gpu = source.list_gpus()[0].uuid
     state_path = vdir / "0" / STATE_FILE
-    state = json.loads(state_path.read_text())
+    state = read_state(state_path)
     del state["uuid"]  # an older writer's state: the identity is checked at every reading
     state_path.write_text(json.dumps(state))
     assert source.sample([gpu])[0].memory_total_bytes == MODELS["h100"].memory_total_bytes
