@@ -34,7 +34,9 @@ class Migration:
 
 
 def _m1_create_tables(conn: Connection) -> None:
-    # Only the version-1 tables: a fresh store passes through every later step too.
+    # Only the version-1 tables: a fresh store passes through every later step too. Their
+    # indexes are created as declared now, so a later migration that adds an index to them
+    # creates it only where it is missing (``checkfirst``).
     tables = [t for t in schema.metadata.sorted_tables if t.name in schema.V1_TABLES]
     schema.metadata.create_all(conn, tables=tables)
 
@@ -43,9 +45,14 @@ def _m2_job_reports(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=[schema.job_reports])
 
 
+def _m3_het_index(conn: Connection) -> None:
+    schema.ix_jobs_het.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
+    Migration(3, "index jobs.het_job_id (typed-id lookups without a table scan)", _m3_het_index),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -115,6 +115,9 @@ Index("ix_jobs_user_end", jobs.c.user, jobs.c.end_s)
 Index("ix_jobs_account_end", jobs.c.account, jobs.c.end_s)
 Index("ix_jobs_partition_end", jobs.c.partition, jobs.c.end_s)
 Index("ix_jobs_array", jobs.c.array_job_id)
+# Since schema version 3: with it, the lookup of a typed id (job, array or het id) is three
+# index searches instead of a scan of every job.
+ix_jobs_het = Index("ix_jobs_het", jobs.c.het_job_id)
 
 job_hosts = Table(
     "job_hosts",

@@ -319,4 +319,23 @@ def test_a_version_1_store_migrates_to_the_report_table_and_keeps_its_jobs(
         assert store.job_ids() == ["7"]
         assert store.jobs_needing_reports("k") == ["7"]
         with store.engine.connect() as conn:
-            assert migrations.current_version(conn) == migrations.LATEST_VERSION == 2
+            assert migrations.current_version(conn) == migrations.LATEST_VERSION == 3
+
+
+def test_a_version_2_store_gets_the_het_index_and_typed_id_lookups_use_indexes(
+    store_url: str,
+) -> None:
+    with Store.open(store_url) as store, migrations.write_transaction(store.engine) as conn:
+        schema.ix_jobs_het.drop(conn)
+        conn.execute(sa.delete(schema.schema_version).where(schema.schema_version.c.version > 2))
+    with Store.open(store_url) as store:
+        indexed = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("jobs")}
+        assert "ix_jobs_het" in indexed
+        if store.engine.dialect.name == "sqlite":
+            with store.engine.connect() as conn:
+                plan = conn.exec_driver_sql(
+                    "EXPLAIN QUERY PLAN SELECT job_id FROM jobs WHERE job_id IN ('1') "
+                    "OR array_job_id IN ('1') OR het_job_id IN ('1')"
+                ).all()
+            details = " ".join(str(row[-1]) for row in plan)
+            assert "SCAN jobs" not in details and "ix_jobs_het" in details, details
