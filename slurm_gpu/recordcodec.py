@@ -272,7 +272,7 @@ def timeline_from_columns(data: Any) -> tuple[TimelinePoint, ...]:
                 checked.append(_floats(col, name, optional=True))
         per_gpu.append(list(zip(*checked, strict=True)) if checked else [()] * n)
     utils, mems, powers = per_gpu
-    return _build_points((t_s, width_s, samples, utils, mems, powers, cores, rss), n)
+    return build_points((t_s, width_s, samples, utils, mems, powers, cores, rss), n)
 
 
 def _fast_build_ok() -> bool:
@@ -298,7 +298,7 @@ _POINT_FIELDS = (
 )
 
 
-def _build_points(columns: tuple[Sequence[Any], ...], n: int) -> tuple[TimelinePoint, ...]:
+def build_points(columns: tuple[Sequence[Any], ...], n: int) -> tuple[TimelinePoint, ...]:
     """``TimelinePoint``s from checked columns.
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which

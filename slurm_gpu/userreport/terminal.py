@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import jinja2
+
 from slurm_gpu.userreport.model import JobReport, TelemetryStatus
 from slurm_gpu.userreport.templating import environment
 
@@ -62,6 +64,9 @@ class TerminalRenderer:
         """``cache``: keep compiled templates in ``templating.compiled_cache()``."""
         self._env = environment("gpueff", override_dir=template_dir, cache=cache)
         self._c = colourer(colour)
+        # Looked up once: jinja2 checks the file on disk at every get_template, which the
+        # collector (one report per stored job) would pay thousands of times.
+        self._report_template: jinja2.Template | None = None
 
     def prepare(self) -> None:
         """Load and compile the templates now rather than at the first render (``gpueff``
@@ -71,8 +76,9 @@ class TerminalRenderer:
 
     def report(self, report: JobReport) -> str:
         """One job's full report."""
-        template = self._env.get_template("report.txt.j2")
-        return template.render(
+        if self._report_template is None:
+            self._report_template = self._env.get_template("report.txt.j2")
+        return self._report_template.render(
             r=report,
             c=self._c,
             state_style=_state_style(report.state),
