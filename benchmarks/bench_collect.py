@@ -45,6 +45,7 @@ from slurm_gpu.accounting.runner import CommandResult, SubprocessRunner
 from slurm_gpu.accounting.sacct import DELIM, SACCT_ENV, SacctSource, build_argv
 from slurm_gpu.aggregate import distribution_of as dist
 from slurm_gpu.collector import Collector, CollectorOptions
+from slurm_gpu.config import parse_settings
 from slurm_gpu.records import (
     GpuInfo,
     GpuSummary,
@@ -53,6 +54,7 @@ from slurm_gpu.records import (
     TimelinePoint,
 )
 from slurm_gpu.store import Store
+from slurm_gpu.userreport.prerender import ReportPrerenderer
 
 T0 = 1_790_000_000.0
 HOUR = 3600.0
@@ -60,8 +62,20 @@ INTERVAL_S = 10.0
 
 
 def newest_gpu_job() -> str:
+    """The newest finished plain GPU job (not an array task or het component: the benchmark
+    gives every copy its own id, which only a plain job's records allow)."""
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-a", "-S", "now-7days", "-o", "JobIDRaw,State,AllocTRES"],
+        [
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-a",
+            "-S",
+            "now-7days",
+            "-o",
+            "JobIDRaw,JobID,State,AllocTRES",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -69,7 +83,7 @@ def newest_gpu_job() -> str:
     ids = [
         f[0]
         for f in (line.split("|") for line in out.splitlines())
-        if len(f) == 3 and f[1] == "COMPLETED" and "gres/gpu" in f[2]
+        if len(f) == 4 and f[0] == f[1] and f[2] == "COMPLETED" and "gres/gpu" in f[3]
     ]
     if not ids:
         raise SystemExit("no finished GPU job in accounting; run one on the test cluster first")
@@ -217,7 +231,11 @@ def fill_spool(spool_dir: Path, n_jobs: int, n_gpus: int, host: str, first_id: i
         (d / f"{host}.record").write_bytes(data)
 
 
-def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -> dict[str, float]:
+def run(
+    n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path, reports: bool
+) -> dict[str, float]:
+    """One collector pass over ``n_jobs`` sealed records; ``reports``: with the step that
+    renders each stored job's gpueff report (``[gpueff] cache_reports``, on by default)."""
     root = workdir / f"run-{n_jobs}-{n_gpus}"
     shutil.rmtree(root, ignore_errors=True)
     spool_dir, state_dir = root / "spool", root / "state"
@@ -233,6 +251,11 @@ def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -
             state_dir=str(state_dir),
             options=CollectorOptions(batch_size=500),
         )
+        if reports:
+            settings = parse_settings(
+                {"paths": {"state_dir": str(state_dir)}, "store": {"url": url}}, path=None
+            )
+            collector.reports = ReportPrerenderer(settings, store)
         load = os.getloadavg()[0]
         t, c = time.perf_counter(), time.process_time()
         report = collector.run_once(missing_pass=False)
@@ -243,10 +266,13 @@ def run(n_jobs: int, n_gpus: int, template_job: str, host: str, workdir: Path) -
     db = state_dir / "store.db"
     con = sqlite3.connect(db)
     tl_bytes = con.execute("SELECT sum(length(data)) FROM timelines").fetchone()[0]
+    rendered = con.execute("SELECT count(*) FROM job_reports").fetchone()[0]
     con.close()
     size = db.stat().st_size
     gpu_hours = n_jobs * n_gpus * 1.0
     shutil.rmtree(root, ignore_errors=True)
+    if reports and rendered != n_jobs:
+        raise SystemExit(f"rendered {rendered} reports for {n_jobs} jobs")
     return {
         "jobs": n_jobs,
         "gpus": n_gpus,
@@ -268,29 +294,39 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration")
     ap.add_argument("--template-job", default=None)
     ap.add_argument("--host", default=os.uname().nodename.split(".")[0])
+    ap.add_argument(
+        "--reports",
+        choices=("off", "on", "both"),
+        default="both",
+        help="with the gpueff report step, without it, or both in the same run (default)",
+    )
     args = ap.parse_args()
     template = args.template_job or newest_gpu_job()
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
         print(f"template job {template}; host {args.host}; {args.repeat} run(s) each")
         print(
-            "| jobs | GPUs/job | jobs/s median (min–max) | collector CPU ms/job median | "
-            "sacct calls | load avg (1 min) | KB per GPU-hour (timelines alone) |"
+            "| jobs | GPUs/job | reports rendered | jobs/s median (min–max) | "
+            "collector CPU ms/job median | sacct calls | load avg (1 min) | "
+            "KB per GPU-hour (timelines alone) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for n_gpus in args.gpus:
-            for n in args.jobs:
-                runs = [run(n, n_gpus, template, args.host, Path(tmp)) for _ in range(args.repeat)]
-                rates = sorted(r["jobs_per_s"] for r in runs)
-                cpu = statistics.median(r["cpu_ms_per_job"] for r in runs)
-                loads = [r["load"] for r in runs]
-                r = runs[0]
-                print(
-                    f"| {n:,} | {n_gpus} | {statistics.median(rates):.0f} "
-                    f"({rates[0]:.0f}–{rates[-1]:.0f}) | {cpu:.2f} | {r['sacct_calls']} | "
-                    f"{min(loads):.1f}–{max(loads):.1f} | {r['kb_per_gpu_hour']:.2f} "
-                    f"({r['timeline_kb_per_gpu_hour']:.2f}) |",
-                    flush=True,
-                )
+        print("|---:|---:|---|---:|---:|---:|---:|---:|")
+        modes = {"off": [False], "on": [True], "both": [False, True]}[args.reports]
+        for n_gpus, n, reports in ((g, n, r) for g in args.gpus for n in args.jobs for r in modes):
+            runs = [
+                run(n, n_gpus, template, args.host, Path(tmp), reports) for _ in range(args.repeat)
+            ]
+            rates = sorted(r["jobs_per_s"] for r in runs)
+            cpu = statistics.median(r["cpu_ms_per_job"] for r in runs)
+            loads = [r["load"] for r in runs]
+            r = runs[0]
+            print(
+                f"| {n:,} | {n_gpus} | {'yes' if reports else 'no'} | "
+                f"{statistics.median(rates):.0f} "
+                f"({rates[0]:.0f}–{rates[-1]:.0f}) | {cpu:.2f} | {r['sacct_calls']} | "
+                f"{min(loads):.1f}–{max(loads):.1f} | {r['kb_per_gpu_hour']:.2f} "
+                f"({r['timeline_kb_per_gpu_hour']:.2f}) |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
