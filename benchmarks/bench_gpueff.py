@@ -10,7 +10,9 @@ libslurm-perl and libslurmdb-perl); ``--seff`` defaults to the copy ``share/test
 installs in ``$TC_ROOT/bin/seff`` when it is there, else to ``seff`` on the PATH. The commands run
 alternately so that all see the same slurmdbd and page-cache conditions; the table gives min /
 median / max wall seconds for: ``gpueff JOBID`` as the owner (the store alone answers: no sacct),
-``seff JOBID``, ``gpueff JOBID`` as root (root always asks sacct: the path every non-owner takes),
+``seff JOBID``, ``gpueff JOBID`` as root (Slurm shows root every job: the store answers too),
+``gpueff JOBID`` as another ordinary user (``--other-user``: asks sacct, the path of every
+non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4),
 the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version``
 (interpreter, click and settings), and the ``sacct`` call gpueff makes on the sacct path, timed
 alone. It also counts the sacct processes the owner's run starts (``strace``, when installed) and
@@ -93,6 +95,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--config", default=os.environ.get("SLURM_GPU_CONFIG", ""))
     ap.add_argument("--user", default=None, help="the job's owner; both commands run as them")
+    ap.add_argument(
+        "--other-user", default="sgtest2", help="a user who does not own the job (asks sacct)"
+    )
     args = ap.parse_args()
     if not args.seff:
         ap.error("seff not found: pass --seff PATH")
@@ -103,9 +108,10 @@ def main() -> int:
         gpueff += ["--config", args.config]
     g_argv = [*gpueff, args.job]
     s_argv = ["perl", args.seff, args.job]
-    for argv, user in ((g_argv, args.user), (s_argv, args.user), (g_argv, None)):
+    checks = ((g_argv, args.user, 0), (s_argv, args.user, 0), (g_argv, None, 0))
+    for argv, user, expected in (*checks, (g_argv, args.other_user, None)):
         _, rc, _ = _timed(argv, user)  # warm the caches and check that each works
-        if rc != 0:
+        if rc not in ((0, 4) if expected is None else (expected,)):
             print(f"{' '.join(argv)} exited {rc}", file=sys.stderr)
             return 1
     sys.path.insert(0, str(repo))
@@ -119,7 +125,8 @@ def main() -> int:
     rows: dict[str, tuple[list[str], str | None]] = {
         "`gpueff JOBID` (owner: from the store)": (g_argv, args.user),
         "`seff JOBID`": (s_argv, args.user),
-        "`gpueff JOBID` as root (asks sacct)": (g_argv, None),
+        "`gpueff JOBID` as root (from the store: Slurm shows root every job)": (g_argv, None),
+        "`gpueff JOBID` as another user (asks sacct)": (g_argv, args.other_user),
         "`python -c pass`": ([python, "-c", "pass"], args.user),
         "`python -S -c pass`": ([python, "-S", "-c", "pass"], args.user),
         "`gpueff --version`": ([*gpueff, "--version"], args.user),
@@ -142,6 +149,8 @@ def main() -> int:
     print(f"median ratio gpueff (owner) / seff: {ratio:.2f}")
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
+    other = _sacct_runs(g_argv, args.other_user)
+    print(f"sacct processes started by {args.other_user}'s gpueff JOBID: {other}")
     print(
         f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}"
     )

@@ -10,11 +10,11 @@ plug in fakes:
   ended job, or the live spool summary for a running one.
 
 Owner fast path. Slurm always shows users their own jobs (``PrivateData`` hides only other
-users' jobs), and a settled job's accounting no longer changes. So when the store holds the
-very job an id names, owned by the calling uid (not root) and settled, accounting would add
-nothing: ``start_lookup`` reads the store first (a few milliseconds) and asks accounting only
-for the ids the store cannot answer that way (``answer_from_store``; ``docs/gpueff.md``, "Who
-can see what").
+users' jobs) and shows root every job, and a settled job's accounting no longer changes. So
+when the store holds the very job an id names, settled and owned by the calling uid (or the
+caller is root), accounting would add nothing: ``start_lookup`` reads the store first (a few
+milliseconds) and asks accounting only for the ids the store cannot answer that way
+(``answer_from_store``; ``docs/gpueff.md``, "Who can see what").
 
 Overlap. Accounting (one ``sacct`` process, 0.1-0.3 s) and the rest of the work are
 independent, so ``start_lookup``/``start_recent`` ask accounting in a background thread and,
@@ -180,17 +180,16 @@ def answer_from_store(
 
     Accounting adds nothing, and may be skipped, only when all of these hold:
 
-    - the caller is a known, ordinary uid (root takes the accounting path like everyone who
-      looks at a job that is not theirs);
+    - the caller's uid is known;
     - the id names one job or one array task or het component, and the store holds exactly
       that one job for it. A plain id that is an array or a het job is not answered: the
       store holds only the collected GPU tasks, accounting knows all of them;
-    - the stored job belongs to the caller (its ``uid``): Slurm shows every user their own
-      jobs whatever ``PrivateData`` says;
+    - the stored job belongs to the caller (its ``uid``), or the caller is root: Slurm shows
+      every user their own jobs whatever ``PrivateData`` says, and root every job;
     - its stored accounting is settled (``is_settled``: a final state, end time and TRES
       known), so asking again could not give a newer answer.
     """
-    if caller_uid is None or caller_uid == 0:
+    if caller_uid is None:
         return None
     parsed = parse_job_id(typed)
     if parsed.array_task is not None and not parsed.array_task.isdigit():
@@ -205,7 +204,9 @@ def answer_from_store(
         and (job.job_id != parsed.job or job.array_job_id is not None or job.het_job_id is not None)
     ):
         return None
-    if job.uid is None or job.uid != caller_uid or not is_settled(job):
+    if job.uid is None or not is_settled(job):
+        return None
+    if caller_uid != 0 and job.uid != caller_uid:
         return None
     return job
 
@@ -266,7 +267,7 @@ def start_lookup(
     queries = [parse_job_id(i).query for i in ids]
     answered: dict[str, JobRecord] = {}
     read_stored = getattr(reader, "read_stored", None)
-    if caller_uid is not None and caller_uid != 0 and read_stored is not None:
+    if caller_uid is not None and read_stored is not None:
         stored = read_stored(queries)
         for typed in ids:
             job = answer_from_store(typed, stored, caller_uid)

@@ -133,11 +133,17 @@ def test_owner_report_runs_no_sacct(idle_gpu_job: str, counted_sacct: tuple[Path
     own = slurmtools.run_as("sgtest1", [gpueff, "--config", str(config), idle_gpu_job])
     assert f"Job {idle_gpu_job}" in own.stdout and "(final" in own.stdout
     assert _calls(log) == []  # the owner's settled, collected job: the store alone
-    # The same job as JSON: from the store for its owner, from sacct for root; the same.
+    # The same job as JSON: from the store for its owner and for root (Slurm shows root every
+    # job); the same.
     mine = slurmtools.run_as("sgtest1", [gpueff, "--config", str(config), "--json", idle_gpu_job])
     roots = slurmtools.run_as(None, [gpueff, "--config", str(config), "--json", idle_gpu_job])
-    assert _calls(log) == ["root"]
+    root_text = slurmtools.run_as(None, [gpueff, "--config", str(config), idle_gpu_job])
+    assert _calls(log) == []
     assert json.loads(mine.stdout) == json.loads(roots.stdout)
+    assert root_text.stdout == own.stdout
+    # root asking for a job the store does not hold still asks sacct.
+    slurmtools.run_as(None, [gpueff, "--config", str(config), "--json", "999999999"], check=False)
+    assert _calls(log) == ["root"]
     # Another user asks sacct, which (PrivateData=jobs) does not return the job: exit 4.
     other = slurmtools.run_as(
         "sgtest2", [gpueff, "--config", str(config), idle_gpu_job], check=False

@@ -39,7 +39,6 @@ def test_owner_gets_the_same_bytes_as_the_full_command(
     ("uid", "args"),
     [
         (SGTEST2, ["1001"]),  # another user's job: accounting must decide
-        (0, ["1001"]),  # root always asks accounting
         (SGTEST1, ["999999"]),  # not in the store
         (SGTEST1, ["--json", "1001"]),  # options take the full path
         (SGTEST1, ["1001-1003"]),  # not a plain id

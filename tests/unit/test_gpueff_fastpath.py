@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_gpu.accounting.sacct import DELIM, FIELDS, parse_sacct_output, split_records
-from slurm_gpu.cli.gpueff import BACKENDS_KEY, cli
+from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import JobNotFoundError
 from slurm_gpu.records import JobRecord
@@ -147,7 +147,7 @@ def test_recent_jobs_are_read_ahead_too(tmp_path: Path) -> None:
 def test_a_job_accounting_hides_is_read_ahead_but_never_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
 ) -> None:
-    theirs = F.job(user="sgtest2", job_name="secret-project-x")
+    theirs = F.job(user="sgtest2", uid=1002, job_name="secret-project-x")
     _store(tmp_path, theirs)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n[gpueff]\nmin_elapsed_s = 30\n')
@@ -157,7 +157,8 @@ def test_a_job_accounting_hides_is_read_ahead_but_never_shown(
     res = CliRunner().invoke(
         cli,
         ["--json", "1001"] if as_json else ["1001"],
-        obj={BACKENDS_KEY: (accounting, reader)},
+        # As sgtest1 (uid 1001): root, whom Slurm shows every job, would see it.
+        obj={BACKENDS_KEY: (accounting, reader), CALLER_UID_KEY: 1001},
         catch_exceptions=False,
     )
     assert reader.read_ahead == ["1001"]  # the store did hold it

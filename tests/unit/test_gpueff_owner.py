@@ -219,18 +219,25 @@ def test_a_coordinator_sees_another_users_job_through_accounting(
     assert "(final, from the job's sealed record)" in res.output
 
 
-def test_root_takes_the_accounting_path_even_for_its_own_job(tmp_path: Path) -> None:
-    _store(tmp_path, F.job(user="root", uid=0))
-    accounting = AsCaller([F.job(user="root", uid=0)], uid=0)
+def test_root_is_answered_from_the_store_for_any_settled_job(tmp_path: Path) -> None:
+    """Slurm shows root every job, so for a settled stored job accounting adds nothing."""
+    _store(tmp_path, F.job(), F.job(job_id="1002", job_id_display="1002", state="RUNNING"))
+
+    class AsRoot(AsCaller):  # every job, whoever owns it
+        def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+            self.asked.append(list(job_ids))
+            return {j.job_id: j for j in self.jobs if j.job_id in job_ids}
+
+    accounting = AsRoot([F.job(), F.job(job_id="1002", job_id_display="1002")], uid=0)
     found = service.lookup(
-        ["1001"],
+        ["1001", "1002"],
         accounting,
         StoreAndSpoolReader(_settings(tmp_path)),
         min_elapsed_s=30,
         caller_uid=0,
     )
-    assert accounting.asked == [["1001"]]
-    assert [typed for typed, _ in found.groups] == ["1001"]
+    assert accounting.asked == [["1002"]]  # the unsettled one only
+    assert [typed for typed, _ in found.groups] == ["1001", "1002"]
 
 
 # ----------------------------------------------------------------- (c) accounting needed
@@ -312,7 +319,9 @@ def _task(task: str, job_id: str) -> JobRecord:
         ("1001.batch", [F.job()], SGTEST1, "1001"),
         ("1001", [F.job()], SGTEST2, None),  # not the caller's
         ("1001", [F.job(uid=None)], SGTEST1, None),  # owner unknown
-        ("1001", [F.job(uid=0, user="root")], 0, None),  # root: accounting
+        ("1001", [F.job(uid=0, user="root")], 0, "1001"),  # root sees every job
+        ("1001", [F.job()], 0, "1001"),
+        ("1001", [F.job(state="RUNNING", end_s=None)], 0, None),  # not settled
         ("1001", [F.job()], None, None),  # caller unknown
         ("1001", [], SGTEST1, None),  # not stored
         ("1001", [F.job(state="CANCELLED")], SGTEST1, "1001"),  # final, not only COMPLETED

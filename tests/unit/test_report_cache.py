@@ -1,6 +1,7 @@
 """gpueff's cached reports: the collector's rendering is byte for byte what gpueff prints, the
 cache answers only the caller's own jobs under the current key, and anything else (another
-user, root, edited templates, other settings, a job stored again, an old store) falls back."""
+user, edited templates, other settings, a job stored again, an old store) falls back. Root,
+whom Slurm shows every job, gets every cached report."""
 
 from __future__ import annotations
 
@@ -105,7 +106,6 @@ def test_the_colour_text_is_what_the_full_command_prints_in_colour(
     ("uid", "ids"),
     [
         (SGTEST2, ["1001"]),  # someone else's job
-        (0, ["1001"]),  # root asks accounting
         (SGTEST1, ["3001"]),  # sgtest2's job, asked by sgtest1
         (SGTEST1, ["1001", "999"]),  # one id not cached: all take the full path
         (SGTEST1, ["2003"]),  # the whole array: accounting knows every task
@@ -117,6 +117,13 @@ def test_the_cache_answers_only_the_callers_own_jobs(
     rendered: Path, uid: int, ids: list[str]
 ) -> None:
     assert _read(rendered, ids, uid) is None
+
+
+def test_root_gets_any_cached_report(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _read(rendered, ["1001", "3001"], 0)
+    assert texts is not None and 'Job 3001 "train-resnet"' in texts[1]
+    as_uid(monkeypatch, 0)
+    assert gpueff_entry.fast_path(["3001"]) == texts[1]
 
 
 def test_a_plain_id_that_is_also_an_arrays_id_is_not_answered(rendered: Path) -> None:
