@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import gpueff_factory as F
 import pytest
+from test_gpueff_entry import fast_path_imports
 from test_gpueff_owner import SGTEST1, SGTEST2, NeverAsked, _gpueff, _store
 
 from slurm_gpu.cli import gpueff_entry
@@ -238,20 +237,12 @@ def test_the_publisher_never_raises_and_renders_only_settled_jobs(
 
 
 def test_the_cached_path_imports_no_report_code(rendered: Path) -> None:
-    """Run in a fresh interpreter: the point of the cache is what gpueff no longer imports."""
-    code = (
-        "import os, sys\n"
-        "from slurm_gpu.cli import gpueff_entry\n"
-        f"os.getuid = lambda: {SGTEST1}\n"
-        "out = gpueff_entry.fast_path(['1001'])\n"
-        "assert out and 'Job 1001' in out, out\n"
-        "heavy = ('click', 'jinja2', 'sqlalchemy', 'pandas', 'slurm_gpu.records',\n"
-        "         'slurm_gpu.userreport.service')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    heavy = (
+        "click",
+        "jinja2",
+        "sqlalchemy",
+        "pandas",
+        "slurm_gpu.records",
+        "slurm_gpu.userreport.service",
     )
-    env = {**os.environ, "SLURM_GPU_CONFIG": str(rendered / "config.toml"), "NO_COLOR": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert fast_path_imports(rendered / "config.toml", ["1001"], heavy) == []
