@@ -559,3 +559,23 @@ def test_reading_lines_are_the_format_byte_for_byte(
         assert [s.uuid for s in reading.gpus] == [s.uuid for s in gpus]
         assert encode(reading.time_s, reading.gpus, reading.host) == line
         assert reading.host == (None if host is None else dataclasses.replace(host, time_s=t))
+
+
+@pytest.mark.parametrize("header", [HEADER, HEADER_V1], ids=["v2", "v1"])
+def test_epilog_recovers_a_spool_of_either_version(tmp_path: Path, header: SpoolHeader) -> None:
+    """A sampler killed before its first checkpoint: the epilog folds the whole spool, also
+    one begun before an upgrade (version 1)."""
+    from slurm_gpu.config import Settings
+    from slurm_gpu.hooks.epilog import recover_record
+
+    paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
+    paths.create_dir()
+    write_spool(Path(paths.jsonl), 4, header)
+    with open(paths.jsonl, "ab") as fh:
+        fh.write(encode_reading(1100.0, [FULL, LOST], HOST)[:30])  # torn by the kill
+    assert "4 from the spool tail" in recover_record(paths, Settings(), "sampler_not_running")
+    record = read_record(paths.record)
+    assert not record.complete and "spool_truncated" in record.notes
+    assert [g.samples for g in record.gpus] == [4, 4]
+    assert record.gpus[0].samples_available == 4 and record.gpus[1].samples_available == 0
+    assert record.gpus[0].pids == (7, 8) and record.host is not None
