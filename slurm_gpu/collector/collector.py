@@ -380,6 +380,11 @@ class Collector:
                 job.state,
                 now - newest_end,
             )
+        # Records of this job stored by an earlier pass and already moved to done/ (a pass
+        # killed half-way through moving a multi-node job's records, or a node's record that
+        # arrived late): storing the job again must keep them, not replace the job with the
+        # nodes left in the spool.
+        p.nodes.extend(self._stored_nodes(p, job))
         seen = {_short(n.hostname) for n in p.nodes}
         missing = tuple(h for h in job.nodelist if _short(h) not in seen)
         if missing:
@@ -415,6 +420,34 @@ class Collector:
             findings=findings,
             analysis_version=version,
         )
+
+    def _stored_nodes(self, p: _Pending, job: JobRecord) -> list[NodeRecord]:
+        """Records in ``done/<job>/`` of hosts that ``p`` has none for, from this run of the
+        job: a record that ended before the job (re)started belongs to an earlier run of a
+        requeued job and is left out."""
+        done = os.path.join(self.done_dir, p.job_id)
+        have = {_short(n.hostname) for n in p.nodes}
+        try:
+            names = sorted(os.listdir(done))
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            if not name.endswith(".record") or _short(name[: -len(".record")]) in have:
+                continue
+            path = os.path.join(done, name)
+            try:
+                record = self.reader.read_record(path)
+            except (OSError, SpoolFormatError, ValueError, TypeError, KeyError) as exc:
+                log.warning("job %s: ingested record %s unreadable (%s)", p.job_id, path, exc)
+                continue
+            if record.job_id != p.job_id or _short(record.hostname) in have:
+                continue
+            if job.start_s is not None and record.ended_s < job.start_s:
+                continue  # an earlier run of a requeued job
+            have.add(_short(record.hostname))
+            out.append(record)
+        return out
 
     def _finish(self, p: _Pending) -> None:
         """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir."""

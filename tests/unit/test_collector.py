@@ -365,3 +365,50 @@ def test_each_stored_batch_gets_its_gpueff_reports_rendered(env: Env) -> None:
         assert texts is not None and f"Job {jid} " in texts[0], jid
     texts = read_cached(db, ["200"], uid, key, colour=False)
     assert texts is not None and "No GPU telemetry was recorded" in texts[0]
+
+
+def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
+    env: Env,
+) -> None:
+    """The records of a stored job leave the spool one host at a time; a pass killed between
+    two moves leaves some in the spool. The next pass stores the job again from those and
+    from the ones already moved to done/, never from the leftovers alone."""
+    env.add_job(make_job("700", gpus=2, nodes=("n1", "n2")), "n1", "n2")
+    assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
+    before = dump_db(env.url)
+    # As if the kill came after n1's record moved and before n2's did.
+    done = env.state_dir / "done" / "700"
+    (env.spool_dir / "700").mkdir()
+    shutil.move(str(done / "n2.record"), str(env.spool_dir / "700" / "n2.record"))
+    assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
+    assert dump_db(env.url) == before
+    assert env.records() == []
+
+
+def test_a_late_node_record_joins_the_nodes_already_stored(env: Env) -> None:
+    env.add_job(make_job("710", gpus=2, nodes=("n1", "n2")), "n1")
+    env.clock.now = END + 601
+    assert env.run(node_wait_s=600).partial == ("710",)  # type: ignore[attr-defined]
+    env.seal(make_node("710", "n2", gpus=2))
+    assert env.run(node_wait_s=600).ingested == ("710",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        got = store.get_job("710")
+        assert got is not None and got.telemetry == TELEMETRY_COMPLETE
+        assert [n.hostname for n in got.nodes] == ["n1", "n2"] and got.missing_hosts == ()
+
+
+def test_records_of_an_earlier_run_of_a_requeued_job_are_not_joined(env: Env) -> None:
+    first = make_job("720", gpus=2, nodes=("n1",))
+    env.add_job(first, "n1")
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    # Requeued: the second run starts after the first one's record ended, on n2.
+    start = END + 1000
+    env.accounting.jobs["720"] = dataclasses.replace(
+        first, nodelist=("n2",), start_s=start, end_s=start + 100
+    )
+    env.seal(make_node("720", "n2", gpus=2, ended_s=start + 100))
+    env.clock.now = start + 130
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    with Store.open(env.url) as store:
+        got = store.get_job("720")
+        assert got is not None and [n.hostname for n in got.nodes] == ["n2"]
