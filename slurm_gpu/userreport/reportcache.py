@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -44,14 +43,6 @@ class _GpueffSettings(Protocol):
     def template_dir(self) -> str: ...
 
 
-def _templates_root() -> str:
-    # As slurm_gpu.resources.data_dir("templates"), without importing pathlib's users.
-    checkout = os.path.join(os.path.dirname(_PACKAGE_DIR), "templates")
-    if os.path.isdir(checkout):
-        return checkout
-    return os.path.join(sys.prefix, "share", "slurm-gpu", "templates")
-
-
 def _dir_fingerprint(path: str, suffix: str) -> Iterable[str]:
     """``name:size:mtime_ns`` of every file ending in ``suffix`` in ``path``, sorted; one
     ``path:absent`` entry when it cannot be listed."""
@@ -68,8 +59,9 @@ def render_key(gpueff: _GpueffSettings) -> str:
     ``gpueff`` is the ``[gpueff]`` settings section. Costs one directory listing per template
     and code directory (about 0.1–0.5 ms)."""
     from slurm_gpu import __version__
+    from slurm_gpu.resources import data_path
 
-    templates = _templates_root()
+    templates = data_path("templates")
     parts = [
         f"format={CACHE_FORMAT}",
         f"version={__version__}",
