@@ -28,7 +28,7 @@ from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
 from slurm_gpu.store.store import CachedReport
 from slurm_gpu.userreport import adapter, output, service
 from slurm_gpu.userreport.readers import StoreAndSpoolReader
-from slurm_gpu.userreport.reportcache import render_key, typed_id
+from slurm_gpu.userreport.reportcache import render_key
 from slurm_gpu.userreport.terminal import TerminalRenderer
 
 log = logging.getLogger("slurm_gpu.prerender")
@@ -109,7 +109,8 @@ class ReportPrerenderer:
             self._plain = TerminalRenderer(colour=False, template_dir=s.template_dir)
             self._colour = TerminalRenderer(colour=True, template_dir=s.template_dir)
         assert self._plain is not None and self._colour is not None
-        typed = typed_id(job)
+        # How users type this one job: accounting's display id (1234, 1234_7, 1234+0).
+        typed = job.job_id_display
         reader = StoreAndSpoolReader(self._settings, store=sq, wording=self._wording)
         pending = service.start_lookup([typed], service.NoAccounting(), reader, caller_uid=job.uid)
         if pending.asked_accounting:

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote
 
 #: Changes when what a cached row holds changes meaning.
@@ -84,16 +84,6 @@ def render_key(gpueff: _GpueffSettings) -> str:
     # Not a security boundary (a matching key only ever selects the caller's own job's text),
     # so two fast checksums instead of importing hashlib.
     return f"{CACHE_FORMAT}-{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}-{len(blob)}"
-
-
-def typed_id(job: Any) -> str:
-    """The id a user types for this one job (a ``JobRecord``): ``1234``, ``1234_7`` for an
-    array task, ``1234+0`` for a het component."""
-    if job.array_job_id is not None and job.array_task_id is not None:
-        return f"{job.array_job_id}_{job.array_task_id}"
-    if job.het_job_id is not None and job.het_job_offset is not None:
-        return f"{job.het_job_id}+{job.het_job_offset}"
-    return str(job.job_id)
 
 
 def read_cached(

@@ -21,7 +21,7 @@ from slurm_gpu.config import load_settings
 from slurm_gpu.store import Store
 from slurm_gpu.store.urls import sqlite_path
 from slurm_gpu.userreport.prerender import ReportPrerenderer
-from slurm_gpu.userreport.reportcache import read_cached, render_key, typed_id
+from slurm_gpu.userreport.reportcache import read_cached, render_key
 
 
 def _config(state_dir: Path, extra: str = "") -> Path:
@@ -212,12 +212,6 @@ def test_a_store_without_the_table_or_file_is_not_an_error(tmp_path: Path) -> No
         conn.execute("CREATE TABLE jobs (job_id TEXT, uid INTEGER, array_job_id TEXT)")
     assert read_cached(str(old), ["1"], SGTEST1, "k", colour=False) is None
     assert read_cached(str(tmp_path / "none.db"), ["1"], SGTEST1, "k", colour=False) is None
-
-
-def test_typed_ids() -> None:
-    assert typed_id(F.job()) == "1001"
-    assert typed_id(F.job(job_id="7", array_job_id="5", array_task_id="2")) == "5_2"
-    assert typed_id(F.job(job_id="8", het_job_id="8", het_job_offset=0)) == "8+0"
 
 
 def test_the_publisher_never_raises_and_renders_only_settled_jobs(
