@@ -18,11 +18,11 @@ import sqlite3
 from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store import rows
 from slurm_gpu.store.rows import StoredJob
+from slurm_gpu.store.urls import readonly_uri
 from slurm_gpu.store.urls import sqlite_path as sqlite_path
 
 #: The schema version these queries are written for; a test keeps it equal to
@@ -65,7 +65,7 @@ class SqliteReader:
     def open(cls, path: str, *, busy_timeout_s: float = 30.0) -> SqliteReader:
         """Open ``path`` read-only and check its schema version (``StoreError`` when the file
         cannot be read, is not a store, or is behind this release)."""
-        uri = f"file:{quote(path)}?mode=ro"
+        uri = readonly_uri(path)
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
         except sqlite3.Error as exc:

@@ -16,3 +16,11 @@ def sqlite_path(url: str) -> str | None:
                 return None
             return path
     return None
+
+
+def readonly_uri(path: str) -> str:
+    """The ``sqlite3`` URI (``uri=True``) that opens the file at ``path`` read-only: a user
+    who may read the file but not write its directory can open it (``docs/store.md``)."""
+    from urllib.parse import quote
+
+    return f"file:{quote(path)}?mode=ro"

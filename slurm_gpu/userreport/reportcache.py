@@ -23,7 +23,8 @@ import sqlite3
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
-from urllib.parse import quote
+
+from slurm_gpu.store.urls import readonly_uri
 
 #: Changes when what a cached row holds changes meaning.
 CACHE_FORMAT = 1
@@ -104,7 +105,7 @@ def read_cached(
     column = "r.colour" if colour else "r.plain"
     marks = ",".join("?" * len(wanted))
     try:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=5.0)
+        conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=5.0)
     except sqlite3.Error:
         return None
     try:
