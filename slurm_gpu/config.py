@@ -312,6 +312,11 @@ class MailSettings:
         120.0, "Longest wait for the job's stored record before mailing without it.", min=0
     )
     poll_interval_s: float = _opt(3.0, "Seconds between two looks for the record.", min=0.1)
+    max_pending: int = _opt(
+        10000,
+        "Most END/FAIL mails waiting for their record at once; more go out plain at once.",
+        min=1,
+    )
     digest_window_s: float = _opt(
         3600.0,
         "Array tasks and bursts of one user within this window share one digest.",

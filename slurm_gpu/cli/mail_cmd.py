@@ -1,11 +1,21 @@
-"""``slurm-gpu mail``: Slurm's MailProg, sending an enriched message after GPU jobs.
+"""Slurm's MailProg (``python -I -m slurm_gpu.cli.mail_cmd``) and ``slurm-gpu mail`` (admins).
 
-Slurm runs ``MailProg -s SUBJECT USER`` as SlurmUser with the job in the environment. END and
-FAIL mails of GPU jobs become the enriched message (text + HTML + chart); every other mail, and
-any mail this program cannot enrich, goes to the site's ordinary mail program with the same
-arguments, so users never lose Slurm's own notice. See ``docs/mail.md``.
+slurmctld runs the rendered wrapper (``share/mailprog/slurm-gpu-mailprog``) as SlurmUser as
+``MailProg -s SUBJECT USER``, where USER is the job owner's ``--mail-user``, verbatim. The
+wrapper runs ``python -I -m slurm_gpu.cli.mail_cmd CONFIG -s SUBJECT USER`` from ``/`` with
+only Slurm's job variables in the environment, and ``main`` reads that argv by position
+(``slurm_gpu.notify.slurmcall``): no option is parsed from it, so ``--mail-user=--config=…``
+is a recipient, and as it is not an address it is refused. The configuration file is the
+wrapper's (root-owned, refused when another account could write it).
 
-Also ``slurm-gpu mail --flush`` (from cron: send due digests) and ``--dry-run DIR``.
+END and FAIL mails of GPU jobs become the enriched message (text + HTML + chart): the call
+records the mail in the mail state and at most one detached drainer waits for the records and
+sends (``slurm_gpu.notify.drain``). Every other mail, and any mail this program cannot enrich,
+goes to the site's ordinary mail program with Slurm's three arguments, so users never lose
+Slurm's own notice. See ``docs/mail.md``.
+
+``slurm-gpu mail --flush`` (cron: waiting mails and due digests), ``--policy`` and
+``--dry-run DIR`` are the admin command's, never the MailProg's.
 """
 
 from __future__ import annotations
@@ -14,45 +24,86 @@ import os
 import stat
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
 
 from slurm_gpu.config import Settings, load_settings
-from slurm_gpu.errors import MailError, SlurmGpuError
+from slurm_gpu.errors import ConfigError, MailError, SlurmGpuError, UsageError
+from slurm_gpu.notify.slurmcall import (
+    SAFE_PATH,
+    job_environment,
+    parse_mailprog_argv,
+    shown,
+    valid_recipient,
+)
+from slurm_gpu.trust import untrusted_reason
 
 #: Context-object key tests use to inject a ready ``Notifier`` factory.
 NOTIFIER_KEY = "mail_notifier_factory"
 
+#: The mail program used when the configuration cannot be trusted or read.
+SYSTEM_MAIL = "/usr/bin/mail"
 
-def _fallback_argv(prog: str, subject: str | None, recipients: tuple[str, ...]) -> list[str]:
+#: Name the mail state file has in ``paths.state_dir``.
+STATE_FILE = "mail-state.db"
+
+PROG = "slurm-gpu mail"
+
+
+def _log(line: str) -> None:
+    """One line on stderr (the wrapper's log; slurmctld discards MailProg's stderr)."""
+    click.echo(f"{PROG}: {line}", err=True)
+
+
+def _fallback_argv(prog: str, subject: str | None, recipients: Sequence[str]) -> list[str]:
     argv = [prog]
     if subject is not None:
         argv += ["-s", subject]
     return argv + list(recipients)
 
 
-def _exec_fallback(argv: list[str]) -> NoReturn:
-    """Become the site's mail program (stdin, environment and arguments unchanged)."""
+def _exec_fallback(argv: list[str], env: Mapping[str, str] | None = None) -> NoReturn:
+    """Become the site's mail program (stdin and arguments unchanged)."""
     try:
-        os.execv(argv[0], argv)
+        if env is None:
+            os.execv(argv[0], argv)
+        os.execve(argv[0], argv, dict(env))
     except OSError as exc:
-        click.echo(f"slurm-gpu mail: cannot run {argv[0]}: {exc.strerror}", err=True)
+        _log(f"cannot run {argv[0]}: {exc.strerror}")
         click.echo("hint: set [mail] fallback_mailprog to the site's mail program", err=True)
         sys.exit(MailError.exit_code)
 
 
-def _run_fallback(argv: list[str]) -> int:
+def _run_fallback(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     """Run the site's mail program and wait (used after an enriched attempt failed)."""
     try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, check=False, timeout=120).returncode
+        return subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            env=None if env is None else dict(env),
+            check=False,
+            timeout=120,
+        ).returncode
     except (OSError, subprocess.TimeoutExpired):
         return MailError.exit_code
 
 
-def _settings(ctx: click.Context, config_path: str | None) -> Settings:
-    root = ctx.find_root().ensure_object(dict)
-    return load_settings(config_path or root.get("config_path"))
+def fallback_program(settings: Settings) -> str:
+    """``[mail] fallback_mailprog`` if no other account can replace it, else ``/usr/bin/mail``
+    (SlurmUser would run whatever that file holds)."""
+    prog = settings.mail.fallback_mailprog
+    reason = untrusted_reason(prog)
+    if reason is None:
+        return prog
+    _log(f"[mail] fallback_mailprog refused: {reason}; using {SYSTEM_MAIL}")
+    return SYSTEM_MAIL
+
+
+def _state_path(settings: Settings) -> str:
+    return os.path.join(settings.paths.state_dir, STATE_FILE)
 
 
 def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
@@ -80,7 +131,7 @@ def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
         reader=StoreAndSpoolReader(settings, spark_points=120),
         builder=builder,
         mailer=open_mailer(m, dry_run_dir=dry_run_dir),
-        state=MailState(os.path.join(settings.paths.state_dir, "mail-state.db")),
+        state=MailState(_state_path(settings)),
         options=NotifyOptions(
             recipient_domain=m.recipient_domain,
             wait_for_record_s=m.wait_for_record_s,
@@ -90,6 +141,44 @@ def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
             min_elapsed_s=settings.gpueff.min_elapsed_s,
         ),
     )
+
+
+NotifierFactory = Callable[[Settings, "str | None"], Any]
+
+
+def drain_waiting(
+    settings: Settings, lock: Any, factory: NotifierFactory, dry_run_dir: str | None
+) -> tuple[int, int]:
+    """Deal with the waiting mails while holding ``lock``, then send the due digests.
+    Returns (mails dealt with, digests sent)."""
+    from slurm_gpu.notify.drain import drain
+    from slurm_gpu.notify.state import MailState, PendingMail
+
+    prog = fallback_program(settings)
+
+    def fallback(p: PendingMail) -> None:
+        if not valid_recipient(p.recipient):  # checked on the way in; the file is not trusted
+            _log(f"job {shown(p.key)}: refusing recipient {shown(p.recipient)!r}")
+            return
+        rc = _run_fallback([prog, "-s", p.subject, p.recipient], {**p.env, "PATH": SAFE_PATH})
+        if rc != 0:
+            _log(f"job {shown(p.key)}: {prog} exited {rc}")
+
+    try:
+        notifier = factory(settings, dry_run_dir)
+    except SlurmGpuError as err:
+        # Without a notifier nothing can be enriched: hand every waiting mail back now
+        # rather than leave it to a next call that would fail the same way.
+        _log(f"{err.message}; every waiting mail goes to the fallback")
+        state = MailState(_state_path(settings))
+        for p in state.pending():
+            fallback(p)
+            state.finish(p.key)
+        state.close()
+        lock.release()
+        return 0, 0
+    done = drain(notifier, lock, fallback=fallback, log=_log)
+    return done, notifier.flush()
 
 
 def _detach() -> bool:
@@ -122,14 +211,95 @@ def release_stdio() -> None:
     os.close(devnull)
 
 
-@click.command("mail", context_settings={"ignore_unknown_options": False})
+def mailprog(
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    factory: NotifierFactory | None = None,
+    detach: bool = True,
+) -> int:
+    """Slurm's MailProg: ``argv`` is ``CONFIG -s SUBJECT USER`` (by position). Returns the
+    exit status: 0, 2 (not called as slurmctld calls it), 3 (configuration refused or bad;
+    the mail went through ``/usr/bin/mail``), 9 (recipient refused, or no mail program ran)."""
+    from slurm_gpu.notify.drain import DrainLock
+    from slurm_gpu.notify.service import MailRequest
+    from slurm_gpu.notify.state import Enqueued, MailState, PendingMail
+
+    os.umask(0o077)
+    env = job_environment(environ)
+    # Libraries (matplotlib, sqlite3, the accounting command) see only Slurm's job variables.
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        call = parse_mailprog_argv(argv)
+    except UsageError as err:
+        _log(err.message)
+        return err.exit_code
+    job = shown(env.get("SLURM_JOB_ID", "?"))
+    if not valid_recipient(call.recipient):
+        _log(
+            f"job {job}: refusing recipient {shown(call.recipient)!r}: not an address or user "
+            "name; no mail sent"
+        )
+        return MailError.exit_code
+    if call.legacy:
+        _log("the MailProg wrapper is from an older release: render it again (docs/mail.md)")
+
+    def plain(prog: str) -> list[str]:
+        return [prog, "-s", call.subject, call.recipient]
+
+    reason = untrusted_reason(call.config_path)
+    settings: Settings | None = None
+    if reason is None:
+        try:
+            settings = load_settings(call.config_path)
+        except SlurmGpuError as err:
+            reason = err.message
+    if settings is None:
+        # An untrusted or broken configuration must not cost users their Slurm mail.
+        _log(f"configuration refused ({reason}); sent through {SYSTEM_MAIL}")
+        rc = _run_fallback(plain(SYSTEM_MAIL), env)
+        return ConfigError.exit_code if rc == 0 else rc
+    fallback = plain(fallback_program(settings))
+    req = MailRequest.from_env(call.subject, (call.recipient,), env)
+    if not req.enrichable:
+        _exec_fallback(fallback, env)
+    try:
+        state = MailState(_state_path(settings))
+        mail = PendingMail(req.key, call.subject, call.recipient, env, time.time())
+        added = state.enqueue(mail, max_pending=settings.mail.max_pending)
+        state.close()
+        if added is Enqueued.FULL:
+            _log(f"job {job}: {settings.mail.max_pending} mails wait already; sent plain")
+            _exec_fallback(fallback, env)
+        lock = DrainLock(settings.paths.state_dir)
+    except SlurmGpuError as err:
+        _log(f"job {job}: {err.message}; using the fallback")
+        _exec_fallback(fallback, env)
+    if not lock.try_acquire():
+        return 0  # the running drainer sends this one too
+    if detach and not _detach():
+        return 0
+    drain_waiting(settings, lock, factory or build_notifier, None)
+    return 0
+
+
+# ----------------------------------------------------------------------------- admin command
+
+
+def _settings(ctx: click.Context, config_path: str | None) -> Settings:
+    root = ctx.find_root().ensure_object(dict)
+    return load_settings(config_path or root.get("config_path"))
+
+
+@click.command("mail")
 @click.option("-s", "subject", default=None, help="Subject (as Slurm passes it).")
 @click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Configuration file (when run directly as MailProg).",
+    help="Configuration file.",
 )
 @click.option(
     "--dry-run",
@@ -141,9 +311,13 @@ def release_stdio() -> None:
 @click.option(
     "--foreground",
     is_flag=True,
-    help="Do not detach from Slurm while waiting for the job's record.",
+    help="Accepted for compatibility: this command always works in the foreground.",
 )
-@click.option("--flush", is_flag=True, help="Send the digests that are due, then exit.")
+@click.option(
+    "--flush",
+    is_flag=True,
+    help="Send the waiting mails (if no drainer runs) and the digests that are due, then exit.",
+)
 @click.option(
     "--policy",
     "policy_since",
@@ -164,29 +338,28 @@ def cli(
     policy_since: float | None,
     recipients: tuple[str, ...],
 ) -> None:
-    """Slurm MailProg: enriched e-mail after GPU jobs, the site's mail program otherwise."""
+    """Admin side of the e-mail after jobs: flush, site policy, or one mail by hand (e.g.
+    with --dry-run to test a configuration). Slurm's MailProg is the rendered wrapper."""
     from slurm_gpu.notify.service import MailRequest, Outcome
 
     obj = ctx.find_root().ensure_object(dict)
-    try:
-        settings = _settings(ctx, config_path)
-    except SlurmGpuError:
-        if flush or policy_since is not None:
-            raise
-        # A broken config must not cost users their Slurm mail.
-        rc = _run_fallback(_fallback_argv("/usr/bin/mail", subject, recipients))
-        click.echo("slurm-gpu mail: bad configuration; sent through /usr/bin/mail", err=True)
-        sys.exit(3 if rc == 0 else rc)
-    fallback = _fallback_argv(settings.mail.fallback_mailprog, subject, recipients)
     factory = obj.get(NOTIFIER_KEY) or build_notifier
+    settings = _settings(ctx, config_path)
 
     if flush:
-        notifier = factory(settings, dry_run_dir)
-        click.echo(f"{notifier.flush()} digest(s) sent")
+        from slurm_gpu.notify.drain import DrainLock
+
+        lock = DrainLock(settings.paths.state_dir)
+        if lock.try_acquire():
+            done, sent = drain_waiting(settings, lock, factory, dry_run_dir)
+            click.echo(f"{done} waiting mail(s) handled")
+        else:
+            sent = factory(settings, dry_run_dir).flush()
+            click.echo("a drainer is running: it sends the waiting mails")
+        lock.close()
+        click.echo(f"{sent} digest(s) sent")
         return
     if policy_since is not None:
-        import time
-
         from slurm_gpu.notify.service import policy_mails
         from slurm_gpu.notify.state import read_opt_out
 
@@ -206,11 +379,17 @@ def cli(
         click.echo(f"{len(mailed)} policy mail(s) sent")
         return
 
-    req = MailRequest.from_env(subject or "", recipients, os.environ)
+    bad = [r for r in recipients if not valid_recipient(r)]
+    if bad:
+        raise UsageError(
+            f"not an address or user name: {shown(bad[0])!r}",
+            hint="give one recipient such as alice or alice@example.org",
+        )
+    cleaned = job_environment(os.environ)
+    fallback = _fallback_argv(fallback_program(settings), subject, recipients)
+    req = MailRequest.from_env(subject or "", recipients, cleaned)
     if not req.enrichable:
         _exec_fallback(fallback)
-    if not foreground and not dry_run_dir and not _detach():
-        return
     try:
         notifier = factory(settings, dry_run_dir)
         outcome = notifier.handle(req)
@@ -218,20 +397,22 @@ def cli(
             _exec_fallback(fallback)
         notifier.flush()
     except SlurmGpuError as err:
-        click.echo(f"slurm-gpu mail: job {req.job_id}: {err.message}; using the fallback", err=True)
+        _log(f"job {req.job_id}: {err.message}; using the fallback")
         rc = _run_fallback(fallback)
         sys.exit(0 if rc == 0 else MailError.exit_code)
 
 
 def main() -> None:
-    """Entry point for ``python -m slurm_gpu.cli.mail_cmd`` (what the MailProg wrapper runs)."""
-    from slurm_gpu.cli.common import run_guarded
-
-    run_guarded(
-        "slurm-gpu mail",
-        os.environ.get("SLURM_GPU_DEBUG") == "1",
-        lambda: cli(prog_name="slurm-gpu mail"),
-    )
+    """The MailProg entry: ``python -I -m slurm_gpu.cli.mail_cmd CONFIG -s SUBJECT USER``."""
+    try:
+        rc = mailprog(sys.argv[1:], os.environ)
+    except SlurmGpuError as err:
+        _log(err.message)
+        rc = err.exit_code
+    except Exception as exc:  # one line in the log, never a traceback
+        _log(f"unexpected error: {type(exc).__name__}: {exc}")
+        rc = 1
+    sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ POLICY = email.policy.SMTP.clone(raise_on_defect=True, max_line_length=78)
 #: Subject length kept; RFC 5322 recommends lines under 78 characters.
 SUBJECT_MAX = 150
 
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+\.[A-Za-z]{2,})?$")
+#: One plain address or user name (the MailProg's own check, plus a dotted domain).
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9.\-]+\.[A-Za-z]{2,})?$")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.notify.message import MessageBuilder, recipient_address
-from slurm_gpu.notify.state import MailState
+from slurm_gpu.notify.state import MailState, PendingMail
 from slurm_gpu.notify.transport import Mailer
 from slurm_gpu.records import JobRecord
 from slurm_gpu.userreport.model import JobReport, Telemetry
@@ -88,6 +88,18 @@ class MailRequest:
             not self.array_task_id or bool(_WHOLE_ARRAY_RE.search(self.subject))
         )
 
+    @property
+    def query(self) -> str:
+        """The id accounting is asked about: the array for a whole-array mail, else the job."""
+        if self.whole_array and self.array_job_id:
+            return self.array_job_id
+        return self.job_id or ""
+
+    @property
+    def key(self) -> str:
+        """The job this mail is about, as the mail state records it (``array:N`` for arrays)."""
+        return f"array:{self.query}" if self.whole_array else self.job_id or ""
+
 
 def _count(text: str | None) -> int | None:
     value = (text or "").strip()
@@ -149,8 +161,47 @@ class WaitingReader:
         return self._inner.live(job)
 
 
+@dataclass(slots=True)
+class Progress:
+    """How far one mail has got, across the drainer's passes (in memory; what must survive a
+    dead drainer is in ``pending``, the row of the mail state)."""
+
+    pending: PendingMail
+    jobs: list[JobRecord] | None = None
+    """What accounting said, once it was settled or the wait for it ended."""
+    found: dict[str, Telemetry] = field(default_factory=dict)
+    """Stored telemetry already read, by job id."""
+    collected: bool = False
+
+    @property
+    def request(self) -> MailRequest:
+        """The call as Slurm made it."""
+        p = self.pending
+        return MailRequest.from_env(p.subject, (p.recipient,), p.env)
+
+
+class _LookingReader:
+    """Reads stored telemetry once per pass (no waiting), keeping what it found."""
+
+    def __init__(self, inner: TelemetryReader, found: dict[str, Telemetry]) -> None:
+        self._inner = inner
+        self._found = found
+        self.missing: list[str] = []
+
+    def final(self, job: JobRecord) -> Telemetry | None:
+        tel = self._found.get(job.job_id) or self._inner.final(job)
+        if tel is None:
+            self.missing.append(job.job_id)
+        else:
+            self._found[job.job_id] = tel
+        return tel
+
+    def live(self, job: JobRecord) -> Telemetry | None:
+        return self._inner.live(job)
+
+
 class Notifier:
-    """Decides and sends. One instance per mail-program invocation (or per ``--flush``)."""
+    """Decides and sends. One instance per drainer, admin call or ``--flush``."""
 
     def __init__(
         self,
@@ -190,56 +241,115 @@ class Notifier:
         return [report_for(j, reader, min_elapsed_s=self.opts.min_elapsed_s) for j in jobs]
 
     def handle(self, req: MailRequest) -> Outcome:
-        """Enrich, queue or hand back one mail. Raises ``MailError``/``AccountingError``."""
+        """Enrich, queue or hand back one mail, waiting here (bounded) for accounting and the
+        record. Raises ``MailError``/``AccountingError``."""
+        progress = Progress(
+            PendingMail(req.key, req.subject, req.recipients[0] if req.recipients else "")
+        )
+        progress.pending = replace(progress.pending, enqueued_s=self._now())
+        while True:
+            outcome = self.advance(progress, req, persist=False)
+            if outcome is not None:
+                return outcome
+            self._sleep(self.opts.poll_interval_s)
+
+    def advance(
+        self, progress: Progress, req: MailRequest | None = None, *, persist: bool = True
+    ) -> Outcome | None:
+        """One look at one mail: its outcome, or None to look again after ``poll_interval_s``.
+
+        Accounting is asked until every job is settled, for at most ``wait_for_record_s`` from
+        the call; then burst control decides (recording the decision in the waiting row when
+        ``persist``); then the stored record is looked for, for at most ``wait_for_record_s``
+        from that decision, and the message goes out with what there is. Raises
+        ``MailError``/``AccountingError``.
+        """
+        req = req or progress.request
         if not req.enrichable:
             return Outcome.FALLBACK
         assert req.job_id is not None
-        query = req.array_job_id if req.whole_array and req.array_job_id else req.job_id
-        jobs = self._accounted(req, query)
-        if not jobs or not any((j.alloc_tres.gpus or 0) > 0 for j in jobs):
-            return Outcome.FALLBACK
-        recipient = recipient_address(req.recipients[0], self.opts.recipient_domain)
-        user = jobs[0].user
-        key = f"array:{query}" if req.whole_array else req.job_id
-        admitted = self.state.admit(
-            user,
-            recipient,
-            key,
-            now_s=self._now(),
-            window_s=self.opts.digest_window_s,
-            max_per_window=self.opts.max_per_user_per_window,
-        )
-        if not admitted:
-            queued = {q.job_id for q in self.state.queued()}
-            return Outcome.QUEUED if key in queued else Outcome.DUPLICATE
-        reports = self._reports(jobs)
+        p = progress.pending
+        if p.admitted_s is None:
+            if progress.jobs is None:
+                jobs, complete = self._accounted_once(req)
+                late = (
+                    self._now() + self.opts.poll_interval_s
+                    > p.enqueued_s + self.opts.wait_for_record_s
+                )
+                if not complete and not late:
+                    return None
+                progress.jobs = jobs
+            jobs = progress.jobs
+            if not jobs or not any((j.alloc_tres.gpus or 0) > 0 for j in jobs):
+                return Outcome.FALLBACK
+            recipient = recipient_address(req.recipients[0], self.opts.recipient_domain)
+            now = self._now()
+            admitted = self.state.admit(
+                jobs[0].user,
+                recipient,
+                req.key,
+                now_s=now,
+                window_s=self.opts.digest_window_s,
+                max_per_window=self.opts.max_per_user_per_window,
+                pending_key=p.key if persist else None,
+            )
+            if not admitted:
+                queued = {q.job_id for q in self.state.queued()}
+                return Outcome.QUEUED if req.key in queued else Outcome.DUPLICATE
+            progress.pending = p = replace(p, admitted_s=now, address=recipient)
+        elif progress.jobs is None:
+            # A drainer that took over after the decision: accounting has settled by now.
+            progress.jobs = self._accounted_once(req)[0]
+            if not progress.jobs:
+                return Outcome.FALLBACK
+        assert p.admitted_s is not None and progress.jobs is not None
+        recipient = p.address or recipient_address(req.recipients[0], self.opts.recipient_domain)
+        reports = self._look(progress)
+        if reports is None:
+            return None
         msg = self.builder.build(reports, to=recipient, original_subject=req.subject)
         self.mailer.send(msg, [recipient])
         return Outcome.SENT
 
-    def _accounted(self, req: MailRequest, query: str) -> list[JobRecord]:
-        """The jobs the mail is about, once accounting has all of them (bounded wait).
+    def _look(self, progress: Progress) -> list[JobReport] | None:
+        """The reports, or None while a record is missing and its wait has not ended."""
+        assert progress.jobs is not None and progress.pending.admitted_s is not None
+        while True:
+            reader = _LookingReader(self.reader, progress.found)
+            reports = [
+                report_for(j, reader, min_elapsed_s=self.opts.min_elapsed_s) for j in progress.jobs
+            ]
+            if not reader.missing:
+                return reports
+            if self._collect is not None and not progress.collected:
+                progress.collected = True
+                for job_id in reader.missing:
+                    self._collect(job_id)
+                continue
+            deadline = progress.pending.admitted_s + self.opts.wait_for_record_s
+            if self._now() + self.opts.poll_interval_s > deadline:
+                return reports
+            return None
+
+    def _accounted_once(self, req: MailRequest) -> tuple[list[JobRecord], bool]:
+        """The jobs the mail is about as accounting has them now, and whether it is complete.
 
         Slurm sends the END mail the moment the job ends, while slurmdbd is still being told
         about it: on the test cluster the first query about a three-task array that had just
-        ended returned one task with no name and no time limit. So ask again, every
-        ``poll_interval_s`` for at most ``wait_for_record_s``, until every job is settled and a
-        whole-array mail has every task (``SLURM_ARRAY_TASK_COUNT``); then use what there is.
+        ended returned one task with no name and no time limit. So the caller asks again
+        until every job is settled and a whole-array mail has every task
+        (``SLURM_ARRAY_TASK_COUNT``), or its wait ends.
         """
         from slurm_gpu.accounting.base import is_settled
 
-        deadline = self._clock() + self.opts.wait_for_record_s
-        while True:
-            found = self.accounting.get_jobs([query])
-            jobs = sorted(found.values(), key=lambda j: j.job_id)
-            if not req.whole_array:
-                jobs = [j for j in jobs if j.job_id == req.job_id] or jobs[:1]
-            complete = bool(jobs) and all(is_settled(j) for j in jobs)
-            if req.whole_array and req.array_task_count is not None:
-                complete = complete and len(jobs) >= req.array_task_count
-            if complete or self._clock() + self.opts.poll_interval_s > deadline:
-                return jobs
-            self._sleep(self.opts.poll_interval_s)
+        found = self.accounting.get_jobs([req.query])
+        jobs = sorted(found.values(), key=lambda j: j.job_id)
+        if not req.whole_array:
+            jobs = [j for j in jobs if j.job_id == req.job_id] or jobs[:1]
+        complete = bool(jobs) and all(is_settled(j) for j in jobs)
+        if req.whole_array and req.array_task_count is not None:
+            complete = complete and len(jobs) >= req.array_task_count
+        return jobs, complete
 
     def flush(self) -> int:
         """Send every due digest; returns how many were sent."""

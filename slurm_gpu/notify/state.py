@@ -1,18 +1,25 @@
-"""The mail program's small state: what was sent to whom and when, and the digest queue.
+"""The mail program's small state: what was sent to whom and when, the digest queue, and the
+mails waiting for the drainer.
 
 A SQLite file (stdlib ``sqlite3``, not the store: the mail program runs as SlurmUser on the
 controller, thousands of times in a burst, and must not take the store's write lock or load
 its libraries). One short transaction per decision, under SQLite's own locking, so concurrent
 mail programs for the tasks of one array agree on who sends and who queues.
+
+It holds recipients and job ids, so it is created mode 0600 (and a wider existing file of ours
+is narrowed), opened without following a symbolic link.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 
 from slurm_gpu.errors import StoreError
 
@@ -25,12 +32,47 @@ CREATE TABLE IF NOT EXISTS queued (
     user TEXT NOT NULL, recipient TEXT NOT NULL, job_id TEXT NOT NULL, time_s REAL NOT NULL,
     PRIMARY KEY (user, job_id)
 );
+CREATE TABLE IF NOT EXISTS pending (
+    key TEXT PRIMARY KEY, subject TEXT NOT NULL, recipient TEXT NOT NULL, env TEXT NOT NULL,
+    enqueued_s REAL NOT NULL, admitted_s REAL, address TEXT
+);
 """
+
+#: Default bound on the mails waiting for the drainer ([mail] max_pending).
+MAX_PENDING = 10000
 
 #: ``sent.kind`` values.
 KIND_JOB = "job"
 KIND_DIGEST = "digest"
 KIND_POLICY = "policy"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMail:
+    """One MailProg call waiting for the drainer, as it was made (all times in seconds).
+
+    ``key`` names the job (``array:N`` for a whole-array mail), so a call Slurm repeats is
+    held once. ``admitted_s`` is set, in the same transaction as the send decision, once burst
+    control let it through; from then on only its record is waited for.
+    """
+
+    key: str
+    subject: str
+    recipient: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    enqueued_s: float = 0.0
+    admitted_s: float | None = None
+    address: str | None = None
+
+
+class Enqueued(StrEnum):
+    """What ``MailState.enqueue`` did."""
+
+    ADDED = "added"
+    DUPLICATE = "duplicate"
+    """The same mail already waits (Slurm called again)."""
+    FULL = "full"
+    """``max_pending`` mails wait already: this one is not held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +91,12 @@ class MailState:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            _create_private(path)
             self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
             self._db.executescript(_SCHEMA)
+        except StoreError:
+            raise
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the mail state file {path}: {exc}",
@@ -83,11 +128,14 @@ class MailState:
         now_s: float,
         window_s: float,
         max_per_window: int,
+        pending_key: str | None = None,
     ) -> bool:
         """Whether to send this job's message now (and record it); otherwise queue it.
 
         At most ``max_per_window`` single messages per user in any ``window_s``; the rest wait
-        for a digest. A job already sent or queued is not admitted twice.
+        for a digest. A job already sent or queued is not admitted twice. ``pending_key``: the
+        waiting mail this decision is about, marked admitted in the same transaction (so a
+        drainer that dies after the decision leaves a mail that is still sent, not dropped).
         """
         with self._tx() as db:
             dup = db.execute(
@@ -103,6 +151,11 @@ class MailState:
             ).fetchone()
             if count < max_per_window:
                 db.execute("INSERT INTO sent VALUES (?, ?, ?, ?)", (user, KIND_JOB, job_id, now_s))
+                if pending_key is not None:
+                    db.execute(
+                        "UPDATE pending SET admitted_s=?, address=? WHERE key=?",
+                        (now_s, recipient, pending_key),
+                    )
                 return True
             db.execute(
                 "INSERT OR IGNORE INTO queued VALUES (?, ?, ?, ?)",
@@ -154,12 +207,79 @@ class MailState:
         with self._tx() as db:
             db.execute("DELETE FROM sent WHERE time_s < ?", (cutoff_s,))
 
+    def enqueue(self, mail: PendingMail, *, max_pending: int = MAX_PENDING) -> Enqueued:
+        """Hold ``mail`` for the drainer, unless it waits already or ``max_pending`` do."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM pending WHERE key=?", (mail.key,)).fetchone():
+                return Enqueued.DUPLICATE
+            (count,) = db.execute("SELECT COUNT(*) FROM pending").fetchone()
+            if count >= max_pending:
+                return Enqueued.FULL
+            db.execute(
+                "INSERT INTO pending VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    mail.key,
+                    mail.subject,
+                    mail.recipient,
+                    json.dumps(dict(mail.env), sort_keys=True),
+                    mail.enqueued_s,
+                    mail.admitted_s,
+                    mail.address,
+                ),
+            )
+            return Enqueued.ADDED
+
+    def pending(self) -> list[PendingMail]:
+        """The mails waiting for the drainer, oldest first."""
+        rows = self._db.execute(
+            "SELECT key, subject, recipient, env, enqueued_s, admitted_s, address FROM pending "
+            "ORDER BY enqueued_s, key"
+        ).fetchall()
+        out = []
+        for key, subject, recipient, env, enqueued_s, admitted_s, address in rows:
+            try:
+                parsed = json.loads(env)
+            except ValueError:
+                parsed = {}
+            env_map = (
+                {str(k): str(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+            )
+            out.append(
+                PendingMail(key, subject, recipient, env_map, enqueued_s, admitted_s, address)
+            )
+        return out
+
+    def finish(self, key: str) -> None:
+        """The waiting mail ``key`` was dealt with (sent, queued, or handed to the fallback)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM pending WHERE key=?", (key,))
+
     def queued(self) -> Sequence[Queued]:
         """Everything queued, for tests and ``--flush`` reporting."""
         rows = self._db.execute(
             "SELECT user, recipient, job_id, time_s FROM queued ORDER BY time_s"
         ).fetchall()
         return [Queued(*row) for row in rows]
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` mode 0600 if it is missing, without following a symbolic link; narrow
+    an existing file of ours that others could read. ``StoreError`` when it is no plain file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot open the mail state file {path}: {exc.strerror}",
+            hint="it must be a plain file (not a symbolic link) in a directory SlurmUser writes",
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"the mail state file {path} is not a regular file")
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def read_opt_out(path: str) -> frozenset[str]:

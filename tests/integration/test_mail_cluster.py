@@ -15,6 +15,7 @@ from __future__ import annotations
 import email
 import email.policy
 import os
+import pwd
 import re
 import subprocess
 import threading
@@ -273,8 +274,58 @@ def test_begin_mail_goes_to_the_fallback_unchanged(sink: Sink) -> None:
     env = lines[lines.index("env:") + 1 :]
     assert f"SLURM_JOB_ID={job_id}" in env
     assert "SLURM_JOB_MAIL_TYPE=Began" in env
-    # What the wrapper and docs/mail.md rely on: slurmctld gives MailProg no PATH.
-    assert not [ln for ln in env if ln.startswith("PATH=")], env
+    # The wrapper keeps only Slurm's job variables and sets its own PATH.
+    assert [ln for ln in env if ln.startswith("PATH=")] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+    assert not [ln for ln in env if ln.startswith(("HOME=", "PYTHONPATH=", "LD_"))], env
+    assert sink.about(job_id) == []
+
+
+def test_mail_user_cannot_inject_config_option(sink: Sink) -> None:
+    """``--mail-user=--config=FILE`` (FILE the user's own configuration, naming the user's own
+    'mail program'): slurmctld passes it to the MailProg as USER, which must read it as a
+    recipient, refuse it, and never run the user's program; the user's ordinary mail still
+    works."""
+    out = slurmtools.user_dir("sgtest1")
+    out.chmod(0o777)  # so that the user's program, run as SlurmUser, could leave its marker
+    marker = out / "pwned"
+    evil = out / "x.sh"
+    evil.write_text(f"#!/bin/sh\nid > {marker}\n")
+    evil.chmod(0o755)
+    cfg = out / "x.toml"
+    cfg.write_text(f'[mail]\nfallback_mailprog = "{evil}"\n[paths]\nstate_dir = "{out}"\n')
+    owner = pwd.getpwnam("sgtest1")
+    for path in (evil, cfg):
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+    log = slurmtools.tc_root() / "log" / "mailprog.log"
+    log_before = log.stat().st_size if log.exists() else 0
+    script = (
+        "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH --time=00:02:00\n#SBATCH --mem=100M\nsleep 1\n"
+    )
+    job_id = slurmtools.submit(
+        script,
+        "sgtest1",
+        (f"--chdir={out}", "--mail-type=BEGIN", f"--mail-user=--config={cfg}"),
+    )
+    slurmtools.wait_done(job_id)
+    # The same user's ordinary mail, submitted after it, proves the MailProg ran meanwhile.
+    plain_id = slurmtools.submit(
+        script, "sgtest1", (f"--chdir={out}", "--mail-type=BEGIN", "--mail-user=sgtest1")
+    )
+    slurmtools.wait_done(plain_id)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _fallback_records(plain_id):
+        time.sleep(0.5)
+    assert len(_fallback_records(plain_id)) == 1
+    refused = ""
+    while time.monotonic() < deadline and "refusing recipient" not in refused:
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            fh.seek(log_before)
+            refused = fh.read()
+        time.sleep(0.5)
+    assert not marker.exists(), marker.read_text() if marker.exists() else ""
+    assert f"job {job_id}: refusing recipient" in refused, refused
+    # The refused mail reached no mail program at all: it was never passed on as an option.
+    assert _fallback_records(job_id) == []
     assert sink.about(job_id) == []
 
 

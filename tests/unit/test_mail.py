@@ -507,15 +507,10 @@ def _config(tmp_path: Path, port: int, fallback: Path) -> Path:
 def test_cli_execs_the_fallback_with_the_same_arguments(tmp_path: Path) -> None:
     fallback, log = _fallback_script(tmp_path)
     cfg = _config(tmp_path, 1, fallback)
-    env = {
-        **os.environ,
-        "SLURM_JOB_ID": "1001",
-        "SLURM_JOB_MAIL_TYPE": "Began",
-        "SLURM_GPU_CONFIG": str(cfg),
-    }
+    env = {**os.environ, "SLURM_JOB_ID": "1001", "SLURM_JOB_MAIL_TYPE": "Began"}
     subject = "Slurm Job_id=1001 Name=a b Began, Queued time 00:00:01"
     proc = subprocess.run(
-        [sys.executable, "-m", "slurm_gpu.cli.mail_cmd", "-s", subject, "sgtest1"],
+        [sys.executable, "-m", "slurm_gpu.cli.mail_cmd", str(cfg), "-s", subject, "sgtest1"],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
