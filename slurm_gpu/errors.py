@@ -84,6 +84,11 @@ class StoreError(SlurmGpuError):
     exit_code = 6
 
 
+class StoreNotCreatedError(StoreError):
+    """The SQLite store file does not exist yet: no collection has run since installation.
+    Readers that wait for a record (the mail program) treat it like a record not stored yet."""
+
+
 class TelemetryUnavailableError(SlurmGpuError):
     """No GPU telemetry can be read at all (NVML library missing, driver not loaded, no
     virtual GPU directory). A single lost GPU or unsupported field is *not* this error: it is

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from slurm_gpu.accounting.base import AccountingSource
+from slurm_gpu.errors import StoreNotCreatedError
 from slurm_gpu.notify.message import MessageBuilder, recipient_address
 from slurm_gpu.notify.state import MailState, PendingMail
 from slurm_gpu.notify.transport import Mailer
@@ -187,9 +188,16 @@ class _LookingReader:
         self._inner = inner
         self._found = found
         self.missing: list[str] = []
+        #: The store file did not exist yet (no collection since installation): waited for
+        #: like a record that is not stored yet.
+        self.store_missing: StoreNotCreatedError | None = None
 
     def final(self, job: JobRecord) -> Telemetry | None:
-        tel = self._found.get(job.job_id) or self._inner.final(job)
+        try:
+            tel = self._found.get(job.job_id) or self._inner.final(job)
+        except StoreNotCreatedError as exc:
+            self.store_missing = exc
+            tel = None
         if tel is None:
             self.missing.append(job.job_id)
         else:
@@ -328,6 +336,12 @@ class Notifier:
                 continue
             deadline = progress.pending.admitted_s + self.opts.wait_for_record_s
             if self._now() + self.opts.poll_interval_s > deadline:
+                if reader.store_missing is not None:
+                    raise StoreNotCreatedError(
+                        f"{reader.store_missing.message} after waiting "
+                        f"{self.opts.wait_for_record_s:g} s",
+                        hint=reader.store_missing.hint,
+                    )
                 return reports
             return None
 

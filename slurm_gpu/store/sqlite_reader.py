@@ -14,12 +14,13 @@ collector commits.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from slurm_gpu.errors import StoreError
+from slurm_gpu.errors import StoreError, StoreNotCreatedError
 from slurm_gpu.store import rows
 from slurm_gpu.store.rows import StoredJob
 from slurm_gpu.store.urls import readonly_uri
@@ -65,6 +66,11 @@ class SqliteReader:
     def open(cls, path: str, *, busy_timeout_s: float = 30.0) -> SqliteReader:
         """Open ``path`` read-only and check its schema version (``StoreError`` when the file
         cannot be read, is not a store, or is behind this release)."""
+        if not os.path.exists(path):
+            raise StoreNotCreatedError(
+                f"store {path} does not exist yet",
+                hint="the first 'slurm-gpu collect' creates it",
+            )
         uri = readonly_uri(path)
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)

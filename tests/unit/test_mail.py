@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from slurm_gpu.charts.mail import charts_for
 from slurm_gpu.cli.mail_cmd import NOTIFIER_KEY, cli
-from slurm_gpu.errors import MailError
+from slurm_gpu.config import parse_settings
+from slurm_gpu.errors import MailError, StoreNotCreatedError
 from slurm_gpu.notify.message import MailContext, MessageBuilder, clean_subject
 from slurm_gpu.notify.service import MailRequest, Notifier, NotifyOptions, Outcome
 from slurm_gpu.notify.state import MailState, read_opt_out
@@ -30,6 +31,7 @@ from slurm_gpu.notify.transport import DirMailer, SendmailMailer, SmtpMailer
 from slurm_gpu.records import JobRecord, Tres
 from slurm_gpu.userreport import adapter
 from slurm_gpu.userreport.model import FindingView, RecommendationView, Telemetry
+from slurm_gpu.userreport.readers import StoreAndSpoolReader
 
 DOCS = "https://hpc.example.org/docs/gpu"
 
@@ -569,3 +571,42 @@ def test_policy_mails_wasteful_jobs_once_per_period(
     assert mailed == ["1"]
     assert [r.rcpt_tos for r in inbox.received] == [["sgtest1@example.org"]]
     assert policy_mails(n, jobs, min_gpu_hours=1.0, period_s=86400, opt_out=frozenset()) == ["3"]
+
+
+# ----------------------------------------------------------------------- a store not created yet
+
+
+class NoStoreYet(Reader):
+    """The store file appears (the first collection ran) after ``after`` looks."""
+
+    def final(self, job: JobRecord) -> Telemetry | None:
+        self.looks += 1
+        if self.looks <= self.after:
+            raise StoreNotCreatedError("store /x/slurm-gpu.db does not exist yet")
+        return self.tel
+
+
+def test_fresh_install_waits_for_the_store_like_for_a_record(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    inbox, port = smtp
+    clock = Clock()
+    reader = NoStoreYet(after=2)
+    n = notifier(port, [F.job()], tmp_path, reader=reader, clock=clock)
+    assert n.handle(end_request()) is Outcome.SENT
+    assert reader.looks == 3
+    assert "80 % busy" in inbox.received[0].message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
+def test_store_never_created_ends_in_the_fallback_saying_so(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    inbox, port = smtp
+    clock = Clock()
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "never")}}, path=None)
+    reader = StoreAndSpoolReader(settings)
+    n = notifier(port, [F.job()], tmp_path, reader=reader, clock=clock)  # type: ignore[arg-type]
+    with pytest.raises(StoreNotCreatedError, match="does not exist yet after waiting 30 s"):
+        n.handle(end_request())
+    assert 27.0 <= clock.t - 1000.0 <= 30.0
+    assert inbox.received == []
