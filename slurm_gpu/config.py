@@ -355,6 +355,11 @@ class ReportSettings:
     template_dir: str = _opt(
         "", "Directory whose templates override templates/report, file by file; empty: none."
     )
+    output_group: str = _opt(
+        "",
+        "Group that may read the files written with --out (mode 0640); empty: only their "
+        "owner (mode 0600).",
+    )
 
 
 @dataclass(frozen=True)
