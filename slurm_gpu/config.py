@@ -6,13 +6,16 @@ key is declared once, below, as a field of a section dataclass with its default,
 the name and its constraints in ``metadata``; ``share/config.example.toml`` lists every key and
 a test checks the two agree.
 
-Only the composition roots (the CLI and the hooks) call ``load_settings``.
+Only the composition roots (the CLI and the hooks) call ``load_settings``. Privileged code
+(anything running as root, and the hooks, sampler, collector and ship always) reads only a
+trusted file (``slurm_gpu.trust``): the environment may choose which file, never supply one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -357,6 +360,11 @@ class ReportSettings:
     template_dir: str = _opt(
         "", "Directory whose templates override templates/report, file by file; empty: none."
     )
+    output_group: str = _opt(
+        "",
+        "Group that may read the files written with --out (mode 0640); empty: only their "
+        "owner (mode 0600).",
+    )
 
 
 @dataclass(frozen=True)
@@ -394,30 +402,53 @@ def sections() -> dict[str, type[Any]]:
 
 
 def config_path() -> tuple[str, bool]:
-    """The file to read and whether it was named explicitly (by ``SLURM_GPU_CONFIG``)."""
+    """The file to read and whether it was named explicitly (by ``SLURM_GPU_CONFIG``).
+
+    The variable may name any file; privileged code still reads it only when it is trusted
+    (``load_settings``), so the environment can choose among root's files, never supply one.
+    """
     env = os.environ.get(ENV_VAR)
     return (env, True) if env else (DEFAULT_PATH, False)
 
 
-def load_settings(path: str | None = None) -> Settings:
+#: Largest configuration file read, bytes: a real one is a few KiB.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def must_be_trusted(trusted: bool | None) -> bool:
+    """Whether a load with this ``trusted`` argument requires a trusted file: ``None`` means
+    "when running as root" (root taking its settings from another account's file would run
+    that account's choices, such as ``accounting.sacct_path``, as root)."""
+    return os.geteuid() == 0 if trusted is None else trusted
+
+
+def load_settings(path: str | None = None, *, trusted: bool | None = None) -> Settings:
     """Read and validate the configuration file.
 
     ``path`` overrides ``SLURM_GPU_CONFIG`` and the default. Raises ``ConfigError`` naming the
     key and the file for any bad value, unknown key or unreadable file.
+
+    ``trusted``: ``True`` for privileged entry points (hooks, sampler, collector, ship): the
+    file must be trusted (``slurm_gpu.trust``: owned by root or the caller, not writable by
+    group or others, nor any directory above it), else ``ConfigError``. ``None`` (default):
+    required when the effective uid is 0, so the admin CLI run by root is held to the same
+    rule. ``False``: never required; only ``slurm-gpu doctor``, which reports an untrusted
+    file instead of acting on it. A missing default file still means "all defaults".
     """
     explicit = path is not None
     if path is None:
         path, explicit = config_path()
+    if must_be_trusted(trusted):
+        data = _read_trusted(path, explicit)
+        if data is None:
+            return parse_settings({}, path=None)
+        return parse_settings(_parse_toml(data, path), path=path)
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         if explicit:
-            raise ConfigError(
-                "configuration file not found",
-                path=path,
-                hint=f"create it from share/config.example.toml or unset {ENV_VAR}",
-            ) from None
+            raise _not_found(path) from None
         return parse_settings({}, path=None)
     except PermissionError:
         raise ConfigError(
@@ -425,13 +456,68 @@ def load_settings(path: str | None = None) -> Settings:
             path=path,
             hint="make it readable (mode 0644) by the users who run gpueff",
         ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
+    return parse_settings(_parse_toml(raw, path), path=path)
+
+
+def _not_found(path: str) -> ConfigError:
+    return ConfigError(
+        "configuration file not found",
+        path=path,
+        hint=f"create it from share/config.example.toml or unset {ENV_VAR}",
+    )
+
+
+def _read_trusted(path: str, explicit: bool) -> bytes | None:
+    """The bytes of ``path`` if it is a trusted file; ``None`` when the default file is
+    absent. The check runs on the resolved path, whose directories no other account can
+    write, and is repeated on the opened descriptor, so the file read is the file checked."""
+    from slurm_gpu.trust import require_trusted_file
+
+    if not os.path.exists(path):
+        if explicit:
+            raise _not_found(path)
+        return None
+    real = require_trusted_file(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid not in (0, os.geteuid())
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            # Replaced between the check and the open: only root could have done that.
+            raise ConfigError(
+                "not a trusted file: it changed while being opened",
+                path=path,
+                hint="run again; check who else manages the configuration",
+            )
+        try:
+            return fh.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
+
+
+def _parse_toml(raw: bytes, path: str) -> dict[str, Any]:
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"larger than {MAX_CONFIG_BYTES} bytes",
+            path=path,
+            hint="a configuration file is a few KiB; check that this is the right file",
+        )
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path, hint="save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"not valid TOML ({exc})", path=path, hint="check the line named above"
         ) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
-    return parse_settings(data, path=path)
 
 
 def parse_settings(data: Mapping[str, Any], *, path: str | None) -> Settings:

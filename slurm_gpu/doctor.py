@@ -7,18 +7,23 @@ injected by the CLI, so the checks are testable with fakes at the seams.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.trust import untrusted_reason
 
 
 class Status(StrEnum):
@@ -40,6 +45,13 @@ class Check:
 #: Below this much free space in the spool, readings of long jobs may be lost (the sampler
 #: writes ~0.5 KB per reading per node at 8 GPUs, so 100 MiB holds ~2 days of one 8-GPU job).
 MIN_SPOOL_FREE_BYTES = 100 * 1024 * 1024
+
+#: The spool root's mode: root's alone, not even traversable by others.
+SPOOL_ROOT_MODE = 0o700
+
+#: Words in the name of a [hooks] or [sampler] key that bounds the sampler (a memory or CPU
+#: limit); a positive value of one of them counts as "limits configured".
+LIMIT_WORDS = ("limit", "max", "quota")
 
 
 def check_telemetry(open_source: Callable[[], TelemetrySource]) -> Check:
@@ -76,7 +88,8 @@ def check_telemetry(open_source: Callable[[], TelemetrySource]) -> Check:
 def check_spool(
     settings: Settings, disk_free: Callable[[str], int] = lambda p: shutil.disk_usage(p).free
 ) -> Check:
-    """The spool directory exists, is root-owned, not writable by others, and has space."""
+    """The spool directory exists, is root-owned, not writable by others, mode 0700 (warned
+    otherwise), and has space."""
     path = settings.paths.spool_dir
     try:
         st = os.stat(path)
@@ -85,7 +98,7 @@ def check_spool(
             "spool",
             Status.WARN,
             f"{path} does not exist yet",
-            "the prolog creates it on the first GPU job; or mkdir -m 0711 it now",
+            f"the prolog creates it on the first GPU job; or mkdir -m 0700 {path} now",
         )
     except OSError as exc:
         return Check("spool", Status.FAIL, f"{path}: {exc.strerror}")
@@ -99,7 +112,14 @@ def check_spool(
             "spool",
             Status.FAIL,
             f"{path}: " + "; ".join(problems),
-            f"chown root:root {path} && chmod 0711 {path}",
+            f"chown root:root {path} && chmod 0700 {path}",
+        )
+    if stat.S_IMODE(st.st_mode) != SPOOL_ROOT_MODE:
+        return Check(
+            "spool",
+            Status.WARN,
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o}: other accounts can look inside",
+            f"chmod {SPOOL_ROOT_MODE:04o} {path} (only root reads the spool)",
         )
     free = disk_free(path)
     if free < MIN_SPOOL_FREE_BYTES:
@@ -160,6 +180,166 @@ def check_store(open_info: Callable[[], tuple[str, int, int]]) -> Check:
             "run `slurm-gpu store migrate` (the collector also migrates)",
         )
     return Check("store", Status.OK, f"{url}: schema {version}")
+
+
+def dir_untrusted_reason(path: str) -> str | None:
+    """Why another account could change what is in directory ``path``, or None.
+
+    The directory must be a real directory (not a symbolic link), owned by root or the caller
+    and not writable by group or others; every directory above it the same, except that a
+    sticky one (``/tmp``) may be writable when the entry below it is root's or the caller's.
+    The rule of ``slurm_gpu.trust`` for files, applied to a directory.
+    """
+    owners = {0, os.geteuid()}
+    try:
+        lst = os.lstat(path)
+    except OSError as exc:
+        return f"cannot stat {path} ({exc.strerror})"
+    if stat.S_ISLNK(lst.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(lst.st_mode):
+        return f"{path} is not a directory"
+    real = os.path.realpath(path)
+    child_uid: int | None = None
+    directory = real
+    while True:
+        try:
+            st = os.stat(directory)
+        except OSError as exc:
+            return f"cannot stat {directory} ({exc.strerror})"
+        if st.st_uid not in owners:
+            return f"{directory} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            sticky = bool(st.st_mode & stat.S_ISVTX)
+            if child_uid is None or not sticky or child_uid not in owners:
+                mode = stat.S_IMODE(st.st_mode)
+                return f"{directory} is writable by group or others (mode {mode:04o})"
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        child_uid = st.st_uid
+        directory = parent
+
+
+def check_config(path: str | None) -> Check:
+    """The configuration file is one privileged code will read (``slurm_gpu.trust``)."""
+    if path is None:
+        return Check("config", Status.OK, "no file: every setting is a default")
+    reason = untrusted_reason(path)
+    if reason is not None:
+        return Check(
+            "config",
+            Status.FAIL,
+            f"{path}: not trusted: {reason}; the hooks, sampler, collector and ship refuse it",
+            f"chown root {path} && chmod go-w {path} and each directory above it",
+        )
+    return Check("config", Status.OK, f"{path}: owned by root, not writable by others")
+
+
+def check_code(python: str = sys.executable, package_file: str = slurm_gpu.__file__ or "") -> Check:
+    """The interpreter and the installed package that root runs cannot be changed by another
+    account (a venv in a user's home would run that user's code as root)."""
+    problems = []
+    for what, path in (("interpreter", python), ("package", package_file)):
+        reason = untrusted_reason(path) if path else f"{what} path unknown"
+        if reason is not None:
+            problems.append(f"{what}: {reason}")
+    if problems:
+        return Check(
+            "code",
+            Status.FAIL,
+            "; ".join(problems),
+            "install slurm-gpu in a root-owned virtual environment (e.g. /opt/slurm-gpu)",
+        )
+    return Check("code", Status.OK, f"{python} and {os.path.dirname(package_file)}")
+
+
+def check_state_dir(settings: Settings) -> Check:
+    """The collector's state directory is root's alone: not writable by another account (such
+    as SlurmUser, which runs the mail program) and not the mail program's state directory."""
+    path = settings.paths.state_dir
+    mail_dir = getattr(settings.mail, "state_dir", "")
+    shared = isinstance(mail_dir, str) and bool(mail_dir)
+    if shared and os.path.realpath(mail_dir) == os.path.realpath(path):
+        return Check(
+            "state",
+            Status.FAIL,
+            f"mail.state_dir is paths.state_dir ({path}): the collector (root) and the "
+            "mail program (SlurmUser) share it",
+            "give the mail program a directory of its own (mail.state_dir)",
+        )
+    if not os.path.lexists(path):
+        return Check(
+            "state",
+            Status.WARN,
+            f"{path} does not exist yet",
+            f"the collector creates it; or mkdir -m 0700 {path} now",
+        )
+    reason = dir_untrusted_reason(path)
+    if reason is not None:
+        return Check(
+            "state",
+            Status.FAIL,
+            f"{path}: {reason}; another account could redirect what the collector writes",
+            f"chown root:root {path} && chmod 0700 {path}",
+        )
+    return Check("state", Status.OK, f"{path}: root's alone")
+
+
+def check_backend(
+    settings: Settings, has_nvidia: Callable[[], bool] = lambda: os.path.exists("/dev/nvidiactl")
+) -> Check:
+    """Telemetry comes from the GPUs (``nvml``); the virtual backend is for test setups."""
+    backend = settings.telemetry.backend
+    if backend != "virtual":
+        return Check("backend", Status.OK, f"telemetry from {backend}")
+    vdir = settings.telemetry.virtual_dir
+    if has_nvidia():
+        return Check(
+            "backend",
+            Status.FAIL,
+            f"virtual GPUs ({vdir}) on a host with NVIDIA GPUs: its jobs' telemetry is simulated",
+            'set telemetry.backend = "nvml"',
+        )
+    writable = dir_untrusted_reason(vdir) if os.path.lexists(vdir) else None
+    detail = f"virtual GPUs ({vdir}): telemetry is simulated, for tests and demos only"
+    if writable:
+        detail += f"; {writable}, so others can write the readings"
+    return Check("backend", Status.WARN, detail, 'on a real cluster set telemetry.backend = "nvml"')
+
+
+def sampler_limits(settings: Settings) -> dict[str, Any]:
+    """The configured limits of the sampler: [hooks] and [sampler] keys whose name holds one
+    of ``LIMIT_WORDS`` and whose value is positive."""
+    found: dict[str, Any] = {}
+    for section in ("hooks", "sampler"):
+        values = getattr(settings, section, None)
+        if values is None or not dataclasses.is_dataclass(values):
+            continue
+        for f in dataclasses.fields(values):
+            value = getattr(values, f.name)
+            if not any(word in f.name for word in LIMIT_WORDS):
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                found[f"{section}.{f.name}"] = value
+    return found
+
+
+def check_launcher(settings: Settings) -> Check:
+    """A detached sampler runs as root with whatever limits are configured; without any, a
+    bug or a hostile job's /proc could make it take the node's memory."""
+    launcher = settings.hooks.sampler_launcher
+    limits = sampler_limits(settings)
+    if launcher == "detach" and not limits:
+        return Check(
+            "launcher",
+            Status.WARN,
+            "the sampler is started detached with no memory or CPU limit",
+            'configure the sampler\'s limits, or use sampler_launcher = "systemd" with '
+            "share/systemd/slurm-gpu-sampler@.service",
+        )
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(limits.items())) or "the unit's limits"
+    return Check("launcher", Status.OK, f"{launcher}: {shown}")
 
 
 def run_checks(checks: list[Callable[[], Check]]) -> list[Check]:

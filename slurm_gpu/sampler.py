@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     job_id = check_job_id(str(args.job_id))
     try:
-        settings = load_settings(args.config)
+        settings = load_settings(args.config, trusted=True)
     except Exception as exc:
         setup_logging("", "sampler", job_id)
         log.error("configuration unusable, sampler not started: %s", exc)

@@ -261,7 +261,7 @@ def cli(
             f"--job {job_id!r} is not a raw job id",
             hint="pass SLURM_JOB_ID (digits only; array tasks have their own raw id)",
         )
-    settings = settings_from(ctx)
+    settings = settings_from(ctx, trusted=True)
     # One publisher for the whole run: once it stops (lower-cased comments), it stays stopped.
     publisher = admin_comment_publisher(settings)
     deadline = time.monotonic() + wait_s

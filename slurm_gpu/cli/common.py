@@ -15,7 +15,7 @@ from typing import NoReturn, TypeVar
 
 import click
 
-from slurm_gpu.config import Settings, load_settings
+from slurm_gpu.config import Settings, load_settings, must_be_trusted
 from slurm_gpu.errors import SlurmGpuError
 
 T = TypeVar("T")
@@ -49,12 +49,19 @@ def run_guarded(prog: str, debug: bool, fn: Callable[[], T]) -> T:
         sys.exit(1)
 
 
-def settings_from(ctx: click.Context) -> Settings:
-    """The settings for this invocation, loaded once and cached on the root context."""
+def settings_from(ctx: click.Context, *, trusted: bool | None = None) -> Settings:
+    """The settings for this invocation, loaded once and cached on the root context.
+
+    ``trusted=True`` for commands that are privileged by nature (``collect``, ``ship``): the
+    file must be trusted whoever runs them. The default requires it when running as root,
+    wherever ``--config`` or ``$SLURM_GPU_CONFIG`` points (``load_settings``); a file that is
+    not trusted is a ``ConfigError`` (exit 3) with a hint.
+    """
     root = ctx.find_root()
     obj = root.ensure_object(dict)
-    if "settings" not in obj:
-        obj["settings"] = load_settings(obj.get("config_path"))
+    if "settings" not in obj or (trusted and not obj.get("settings_trusted")):
+        obj["settings"] = load_settings(obj.get("config_path"), trusted=trusted)
+        obj["settings_trusted"] = must_be_trusted(trusted)
     settings: Settings = obj["settings"]
     return settings
 

@@ -1,13 +1,16 @@
-"""``slurm-gpu doctor``: check config, GPUs, spool, log, accounting and store."""
+"""``slurm-gpu doctor``: check config, code, spool, state, backend, sampler launcher, log,
+GPUs, accounting and store."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import click
 
 from slurm_gpu import doctor
 from slurm_gpu.cli.common import settings_from
+from slurm_gpu.trust import untrusted_reason
 
 
 def _store_info(settings: object) -> tuple[str, int, int]:
@@ -18,27 +21,62 @@ def _store_info(settings: object) -> tuple[str, int, int]:
     return info.url, info.schema_version, info.latest_version
 
 
+#: The checks, in the order they run; each can be skipped with --skip.
+CHECKS = (
+    "config",
+    "code",
+    "spool",
+    "state",
+    "backend",
+    "launcher",
+    "log",
+    "telemetry",
+    "accounting",
+    "store",
+)
+
+#: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
+#: configuration file that is not trusted, whose sacct_path or store URL another account chose.
+ACTING = ("telemetry", "accounting", "store")
+
+
 @click.command("doctor")
 @click.option(
     "--skip",
     multiple=True,
-    type=click.Choice(["telemetry", "spool", "log", "accounting", "store"]),
+    type=click.Choice(list(CHECKS)),
     help="Skip a check (repeatable), e.g. telemetry on a host without GPUs.",
 )
 @click.pass_context
 def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
-    """Check this installation. Exit 0 when nothing failed, 1 when a check failed."""
+    """Check this installation. Exit 0 when nothing failed, 1 when a check failed.
+
+    Also flags unsafe choices: a configuration file another account can write, code root
+    runs that another account can change, a state directory shared with another account, the
+    virtual GPU backend, a sampler without limits, a spool that is not 0700.
+    """
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.telemetry import open_source
 
-    settings = settings_from(ctx)
-    checks = {
-        "telemetry": lambda: doctor.check_telemetry(functools.partial(open_source, settings)),
+    # Read even a file that is not trusted, to report it; the checks that would act on it
+    # (run its sacct_path, open its store) are then skipped.
+    settings = settings_from(ctx, trusted=False)
+    trusted = settings.path is None or untrusted_reason(settings.path) is None
+    checks: dict[str, Callable[[], doctor.Check]] = {
+        "config": lambda: doctor.check_config(settings.path),
+        "code": doctor.check_code,
         "spool": lambda: doctor.check_spool(settings),
+        "state": lambda: doctor.check_state_dir(settings),
+        "backend": lambda: doctor.check_backend(settings),
+        "launcher": lambda: doctor.check_launcher(settings),
         "log": lambda: doctor.check_log(settings),
+        "telemetry": lambda: doctor.check_telemetry(functools.partial(open_source, settings)),
         "accounting": lambda: doctor.check_accounting(functools.partial(open_accounting, settings)),
         "store": lambda: doctor.check_store(functools.partial(_store_info, settings)),
     }
+    if not trusted:
+        for name in ACTING:
+            checks[name] = functools.partial(_skipped, name)
     click.echo(f"config: {settings.path or 'defaults only (no file)'}")
     results = doctor.run_checks([fn for name, fn in checks.items() if name not in skip])
     colours = {doctor.Status.OK: "green", doctor.Status.WARN: "yellow", doctor.Status.FAIL: "red"}
@@ -50,3 +88,12 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
             click.echo(f"{'':17}hint: {r.hint}")
     if any(r.status is doctor.Status.FAIL for r in results):
         ctx.exit(1)
+
+
+def _skipped(name: str) -> doctor.Check:
+    return doctor.Check(
+        name,
+        doctor.Status.WARN,
+        "not run: the configuration file is not trusted",
+        "fix the config check above, then run doctor again",
+    )

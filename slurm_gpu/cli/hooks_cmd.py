@@ -38,6 +38,10 @@ def cli() -> None:
 def install(ctx: click.Context, dest: str, config: str | None) -> None:
     """Render the wrapper scripts with this interpreter and config, mode 0755.
 
+    The wrappers run ``python -I`` from ``/`` with only Slurm's variables (docs/hooks.md). As
+    root, a configuration file that is not trusted is refused (exit 3), and an interpreter or
+    package that another account could change is warned about.
+
     Then point slurm.conf at them: Prolog=DEST/slurm-gpu-prolog, Epilog=DEST/slurm-gpu-epilog
     (see docs/hooks.md).
     """
@@ -52,6 +56,14 @@ def install(ctx: click.Context, dest: str, config: str | None) -> None:
             raise
         click.echo(f"warning: {err.message}; hooks use defaults until it exists", err=True)
     python = os.path.abspath(sys.executable)
+    if os.geteuid() == 0:
+        from slurm_gpu.doctor import Status, check_code
+
+        code = check_code(python)
+        if code.status is not Status.OK:
+            # The hooks run this interpreter and package as root.
+            click.echo(f"warning: {code.detail}", err=True)
+            click.echo(f"hint: {code.hint}", err=True)
     try:
         os.makedirs(dest, mode=0o755, exist_ok=True)
         for hook in ("prolog", "epilog"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -13,7 +14,7 @@ import click
 
 from slurm_gpu.cli.common import settings_from
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import MailError, UsageError
+from slurm_gpu.errors import ConfigError, MailError, UsageError
 
 
 def _parse_date(value: str | None, option: str) -> float | None:
@@ -31,19 +32,41 @@ def _parse_date(value: str | None, option: str) -> float | None:
     return parsed.timestamp()
 
 
-def _write(path: str, text: str) -> None:
-    """Write ``text`` atomically (a reader never sees half a report)."""
+def _write(path: str, text: str, group: str = "") -> None:
+    """Write ``text`` atomically (a reader never sees half a report), mode 0600, or 0640 with
+    group ``group``: the report names users and their waste, so it is never world-readable.
+
+    The mode and group are set on the open descriptor, never through the name, which another
+    account could replace in a directory it can write.
+    """
+    gid = _group_id(group) if group else -1
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)  # mode 0600, O_EXCL
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if gid >= 0:
+                os.fchown(fh.fileno(), -1, gid)
+                os.fchmod(fh.fileno(), 0o640)
             fh.write(text)
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _group_id(name: str) -> int:
+    """The gid of ``report.output_group``; ``ConfigError`` when there is no such group."""
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ConfigError(
+            f"no group {name!r}",
+            key="report.output_group",
+            hint="name an existing group, or leave it empty for owner-only reports (0600)",
+        ) from None
 
 
 def send_report_mail(settings: Settings, subject: str, text: str, html: str) -> None:
@@ -153,7 +176,7 @@ def weekly(
     html = render_html(report, template_dir=rs.template_dir) if fmt == "html" or mail else ""
     body = html if fmt == "html" else render_json(report)
     if out:
-        _write(out, body)
+        _write(out, body, rs.output_group)
     elif not mail or fmt == "json":
         sys.stdout.write(body)
     if mail:

@@ -18,7 +18,7 @@ def cli(ctx: click.Context) -> None:
     """
     from slurm_gpu.ship import ship
 
-    settings = settings_from(ctx)
+    settings = settings_from(ctx, trusted=True)
     if not settings.paths.inbox_dir:
         raise ConfigError(
             "paths.inbox_dir is not set",

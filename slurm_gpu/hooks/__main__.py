@@ -29,8 +29,12 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
 
 def _log_file_from_broken_config(path: str | None) -> str:
     """Best effort: the ``log_file = "..."`` line of a config file that failed to parse, so
-    the failure is logged where the site looks, not only to syslog."""
-    if not path:
+    the failure is logged where the site looks, not only to syslog. Never from a file that is
+    not trusted: its log_file would make root create and append to a file of its writer's
+    choosing."""
+    from slurm_gpu.trust import untrusted_reason
+
+    if not path or untrusted_reason(path) is not None:
         return ""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         from slurm_gpu.config import config_path, load_settings
 
         try:
-            settings = load_settings()
+            settings = load_settings(trusted=True)
         except Exception as exc:
             path, _explicit = config_path()
             log = setup_logging(_log_file_from_broken_config(path), hook or "hook", env.job_id)

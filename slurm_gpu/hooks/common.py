@@ -150,9 +150,24 @@ WRAPPER_TEMPLATE = """#!/bin/sh
 # Slurm drains the node when a prolog or epilog exits non-zero, so this script always exits 0.
 # The Python side logs every failure with the job id and keeps within hooks.hook_timeout_s;
 # timeout(1) is the backstop if the interpreter itself hangs.
-SLURM_GPU_CONFIG='@CONFIG@'
-export SLURM_GPU_CONFIG
-/usr/bin/timeout -k 2 @TIMEOUT_S@ '@PYTHON@' -m slurm_gpu.hooks @HOOK@ </dev/null >/dev/null 2>&1
+# Python runs as root, so nothing of the caller may reach it: the working directory is /
+# (a daemonised slurmd may sit in /var/tmp, and `python -m` imports from the working
+# directory), -I ignores PYTHON* variables and the user's site directory, and the environment
+# is rebuilt from Slurm's SLURM_* variables and CUDA_VISIBLE_DEVICES only (the sampler this
+# starts inherits it). The configuration is read only if root owns it (slurm_gpu.trust).
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+cd / || exit 0
+set --
+for name in $(env | sed -n -e 's/^\\(SLURM[A-Za-z0-9_]*\\)=.*/\\1/p' \\
+    -e 's/^\\(CUDA_VISIBLE_DEVICES\\)=.*/\\1/p'); do
+    # Names only match [A-Za-z0-9_], so eval expands nothing else; a line of a multi-line
+    # value that looks like a name is passed only if such a variable is really set.
+    eval "[ \\"\\${$name+set}\\" = set ] && set -- \\"\\$@\\" \\"$name=\\${$name}\\""
+done
+# SLURM_GPU_CONFIG comes last: env(1) keeps the last of two assignments.
+/usr/bin/timeout -k 2 @TIMEOUT_S@ /usr/bin/env -i "$@" PATH="$PATH" SLURM_GPU_CONFIG='@CONFIG@' \\
+    '@PYTHON@' -I -m slurm_gpu.hooks @HOOK@ </dev/null >/dev/null 2>&1
 exit 0
 """
 

@@ -8,6 +8,9 @@ names, which then win over the built-in ones, file by file.
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,17 +59,46 @@ def compiled_cache() -> jinja2.BytecodeCache | None:
     """A cache of compiled templates for short-lived commands (``gpueff``), or ``None``.
 
     Compiling the report templates costs about 20 ms per run, a sixth of what ``gpueff``
-    takes. jinja2's file cache keeps the compiled code in ``<tmp>/_jinja2-cache-<uid>``,
-    which it creates mode 0700 and refuses to use unless it is the caller's own 0700
-    directory (another user cannot plant code in it). An entry is used only when the
-    checksum of the template source, the jinja2 version and the Python version match, so an
-    edited template is compiled afresh. ``None`` (no cache) when the directory is unsafe or
-    cannot be made.
+    takes. The compiled code is kept in ``<tmp>/slurm-gpu-jinja2-<uid>``, which only its
+    owner may use (``private_cache_dir``). An entry is used only when the checksum of the
+    template source, the jinja2 version and the Python version match, so an edited template
+    is compiled afresh. ``None`` (no cache) when running as root, or when the directory is
+    unsafe or cannot be made.
+
+    Root gets no cache: the temporary directory is shared with every account (and named by
+    ``TMPDIR``, which the caller sets), and jinja2's own default directory logic chmods its
+    ``<tmp>/_jinja2-cache-<uid>`` through the name, so a symbolic link planted there would
+    make root chmod the link's target (where ``fs.protected_symlinks`` is 0). Root's commands
+    are rare enough to compile their templates each time.
     """
-    try:
-        return _QuietBytecodeCache(pattern="slurm-gpu-%s.cache")
-    except (OSError, RuntimeError):
+    if os.geteuid() == 0:
         return None
+    directory = private_cache_dir()
+    if directory is None:
+        return None
+    return _QuietBytecodeCache(directory, pattern="slurm-gpu-%s.cache")
+
+
+def private_cache_dir() -> str | None:
+    """``<tmp>/slurm-gpu-jinja2-<euid>``, created mode 0700, if it is a real directory (not a
+    link) owned by the caller with mode 0700; else ``None``. Nothing is ever changed through
+    the name: a directory someone else made, or made differently, is simply not used. In a
+    sticky temporary directory only its owner can rename or remove it afterwards."""
+    uid = os.geteuid()
+    path = os.path.join(tempfile.gettempdir(), f"slurm-gpu-jinja2-{uid}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o700:
+        return None
+    return path
 
 
 def environment(

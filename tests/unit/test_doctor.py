@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from click.testing import CliRunner
 
 from slurm_gpu import doctor
 from slurm_gpu.cli.admin import cli
-from slurm_gpu.config import parse_settings
+from slurm_gpu.config import Settings, parse_settings
 from slurm_gpu.errors import AccountingError, StoreError, TelemetryUnavailableError
 from slurm_gpu.records import GpuInfo, GpuSample, JobRecord
 
@@ -122,7 +125,156 @@ def test_cli_exit_code_follows_failures(tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "fail  telemetry" in bad.output and "hint:" in bad.output
 
 
-@pytest.mark.parametrize("name", ["telemetry", "spool", "log", "accounting", "store"])
+CHECK_NAMES = [
+    "config",
+    "code",
+    "spool",
+    "state",
+    "backend",
+    "launcher",
+    "log",
+    "telemetry",
+    "accounting",
+    "store",
+]
+
+
+@pytest.mark.parametrize("name", CHECK_NAMES)
 def test_every_check_can_be_skipped(name: str) -> None:
     result = CliRunner().invoke(cli, ["doctor", "--help"])
     assert name in result.output
+
+
+# --------------------------------------------------------------------------- unsafe settings
+
+
+def _settings(**sections: dict[str, object]) -> Settings:
+    return parse_settings(sections, path=None)
+
+
+def test_doctor_flags_a_config_file_another_account_can_write(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    cfg.chmod(0o644)
+    assert doctor.check_config(str(cfg)).status is doctor.Status.OK
+    assert doctor.check_config(None).status is doctor.Status.OK
+    cfg.chmod(0o664)
+    result = doctor.check_config(str(cfg))
+    assert result.status is doctor.Status.FAIL and "writable" in result.detail and result.hint
+    if os.geteuid() == 0:
+        cfg.chmod(0o644)
+        os.chown(cfg, 65534, 65534)
+        assert doctor.check_config(str(cfg)).status is doctor.Status.FAIL
+
+
+def test_doctor_never_acts_on_an_untrusted_config(tmp_path: Path) -> None:
+    """An untrusted file is reported, and its sacct_path is not run (root would run it)."""
+    marker = tmp_path / "ran"
+    sacct = tmp_path / "sacct"
+    sacct.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    sacct.chmod(0o755)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[accounting]\nsacct_path = "{sacct}"\n[paths]\nlog_file = ""\n')
+    cfg.chmod(0o666)
+    res = CliRunner().invoke(cli, ["--config", str(cfg), "doctor", "--skip", "telemetry"])
+    assert res.exit_code == 1, res.output
+    assert "fail  config" in res.output and "not trusted" in res.output
+    assert "accounting  not run" in res.output
+    assert not marker.exists()
+
+
+def test_doctor_flags_a_state_dir_another_account_can_write(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    assert doctor.check_state_dir(_settings(paths={"state_dir": str(state)})).status is (
+        doctor.Status.OK
+    )
+    state.chmod(0o775)  # docs once told sites to let the slurm group write it
+    result = doctor.check_state_dir(_settings(paths={"state_dir": str(state)}))
+    assert result.status is doctor.Status.FAIL and "writable" in result.detail
+    state.chmod(0o700)
+    tmp_path.chmod(0o777)  # a parent others can write can swap the directory itself
+    try:
+        result = doctor.check_state_dir(_settings(paths={"state_dir": str(state)}))
+        assert result.status is doctor.Status.FAIL and str(tmp_path) in result.detail
+    finally:
+        tmp_path.chmod(0o700)
+    link = tmp_path / "link"
+    link.symlink_to(state)
+    result = doctor.check_state_dir(_settings(paths={"state_dir": str(link)}))
+    assert result.status is doctor.Status.FAIL and "symbolic link" in result.detail
+
+
+def test_doctor_flags_mail_state_shared_with_the_collector(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    base = _settings(paths={"state_dir": str(state)})
+    # [mail] state_dir may not be declared in every release: the check reads it if it is.
+    shared = cast(
+        Settings,
+        SimpleNamespace(paths=base.paths, mail=SimpleNamespace(state_dir=f"{state}/")),
+    )
+    result = doctor.check_state_dir(shared)
+    assert result.status is doctor.Status.FAIL and "mail.state_dir" in result.detail
+    apart = cast(
+        Settings,
+        SimpleNamespace(paths=base.paths, mail=SimpleNamespace(state_dir=f"{tmp_path}/mail")),
+    )
+    assert doctor.check_state_dir(apart).status is doctor.Status.OK
+    assert doctor.check_state_dir(base).status is doctor.Status.OK  # no such key: no crash
+
+
+def test_doctor_flags_the_virtual_backend_outside_a_test_setup(tmp_path: Path) -> None:
+    virtual = _settings(telemetry={"backend": "virtual", "virtual_dir": str(tmp_path)})
+    on_gpu_node = doctor.check_backend(virtual, has_nvidia=lambda: True)
+    assert on_gpu_node.status is doctor.Status.FAIL and on_gpu_node.hint
+    elsewhere = doctor.check_backend(virtual, has_nvidia=lambda: False)
+    assert elsewhere.status is doctor.Status.WARN and "simulated" in elsewhere.detail
+    real = doctor.check_backend(_settings(), has_nvidia=lambda: True)
+    assert real.status is doctor.Status.OK
+
+
+def test_doctor_flags_a_sampler_launched_without_limits() -> None:
+    result = doctor.check_launcher(_settings(hooks={"sampler_launcher": "detach"}))
+    assert result.status is doctor.Status.WARN and "limit" in result.detail
+    unit = doctor.check_launcher(_settings(hooks={"sampler_launcher": "systemd"}))
+    assert unit.status is doctor.Status.OK
+
+
+def test_doctor_counts_configured_sampler_limits() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Sampler:
+        memory_max_bytes: int = 268435456
+        cpu_quota_pct: float = 0.0
+
+    limited = cast(
+        Settings,
+        SimpleNamespace(hooks=_settings().hooks, sampler=Sampler()),
+    )
+    assert doctor.sampler_limits(limited) == {"sampler.memory_max_bytes": 268435456}
+    assert doctor.check_launcher(limited).status is doctor.Status.OK
+
+
+def test_doctor_flags_a_spool_root_that_is_not_0700(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o711)
+    settings = _settings(paths={"spool_dir": str(spool)})
+    result = doctor.check_spool(settings, disk_free=lambda _p: 2**40)
+    expected = doctor.Status.WARN if os.geteuid() == 0 else doctor.Status.FAIL
+    assert result.status is expected
+    if os.geteuid() == 0:
+        assert "0711" in result.detail and "chmod 0700" in (result.hint or "")
+        spool.chmod(0o700)
+        assert doctor.check_spool(settings, disk_free=lambda _p: 2**40).status is (doctor.Status.OK)
+
+
+def test_doctor_flags_code_another_account_can_change(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text("")
+    package = tmp_path / "__init__.py"
+    package.write_text("")
+    assert doctor.check_code(str(python), str(package)).status is doctor.Status.OK
+    package.chmod(0o666)
+    result = doctor.check_code(str(python), str(package))
+    assert result.status is doctor.Status.FAIL and "package" in result.detail

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -245,8 +246,8 @@ def test_hooks_install_renders_absolute_paths(tmp_path: Path, site: dict[str, ob
         script = dest / f"slurm-gpu-{hook}"
         text = script.read_text()
         assert stat.S_IMODE(script.stat().st_mode) == 0o755
-        assert "@" not in text.replace("@PYTHON@", "").split("\n", 3)[-1]
-        assert f"'{sys.executable}' -m slurm_gpu.hooks {hook}" in text
+        assert not re.search(r"@[A-Z_]+@", text.split("\n", 3)[-1])
+        assert f"'{sys.executable}' -I -m slurm_gpu.hooks {hook}" in text
         assert f"SLURM_GPU_CONFIG='{site['cfg']}'" in text
         assert "timeout -k 2 25 " in text  # hook_timeout_s (20) + 5 s backstop
         assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
