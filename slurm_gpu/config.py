@@ -43,7 +43,9 @@ class PathsSettings:
         "Per-job telemetry written by the hooks (root-owned; job files 0600).",
     )
     state_dir: str = _opt(
-        "/var/lib/slurm-gpu", "Collector state: locks, quarantine, default store file."
+        "/var/lib/slurm-gpu",
+        "Collector state: lock, done/, quarantine, default store file. Root's alone: the "
+        "collector refuses a directory that another account (or a parent) may write.",
     )
     log_file: str = _opt(
         "/var/log/slurm-gpu/hooks.log", "Hook and sampler log; empty string logs to syslog."
@@ -52,6 +54,12 @@ class PathsSettings:
         "",
         "Shared directory where nodes ship sealed records (`slurm-gpu ship`) and the collector "
         "reads them; empty: the collector reads spool_dir (collector on the node itself).",
+    )
+    queue_dir: str = _opt(
+        "/var/spool/slurm-gpu-queue",
+        "Where EpilogSlurmctld (as SlurmUser) queues ended job ids for one 'collect --queue' "
+        "drainer; SlurmUser's, mode 0700, in a root-owned parent. Must match QUEUE in "
+        "epilog-slurmctld.sh. Empty: no queue.",
     )
 
 
@@ -128,6 +136,13 @@ class CollectorSettings:
     )
     interval_s: float = _opt(
         300.0, "Seconds between passes of 'slurm-gpu collect' without --once.", min=1
+    )
+    queue_wait_s: float = _opt(
+        300.0,
+        "'collect --queue': how long to keep looking for a queued job's record and settled "
+        "accounting before leaving it to the timer (a CPU-only job waits this long).",
+        min=0,
+        max=86400,
     )
     admin_comment: bool = _opt(
         False,
@@ -284,6 +299,11 @@ class MailSettings:
 
     fallback_mailprog: str = _opt(
         "/usr/bin/mail", "Mail program run, with the same arguments, for every other mail."
+    )
+    state_dir: str = _opt(
+        "/var/lib/slurm-gpu-mail",
+        "The mail program's own state (mail-state.db, mail-drain.lock): a directory of "
+        "SlurmUser's, mode 0700, never paths.state_dir (root's alone).",
     )
     transport: str = _opt("smtp", "How messages leave.", choices=("smtp", "sendmail"))
     smtp_host: str = _opt("localhost", "SMTP server.")

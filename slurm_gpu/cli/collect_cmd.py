@@ -1,4 +1,5 @@
-"""``slurm-gpu collect``: ingest sealed records into the store (from a timer or EpilogSlurmctld)."""
+"""``slurm-gpu collect``: ingest sealed records into the store (from a timer, or as the one
+drainer of the queue that EpilogSlurmctld fills)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import click
 
 from slurm_gpu.cli.common import settings_from
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import AccountingError, SlurmGpuError, UsageError
+from slurm_gpu.errors import AccountingError, ConfigError, SlurmGpuError, UsageError
 from slurm_gpu.records import JobRecord, NodeRecord
 
 log = logging.getLogger("slurm_gpu.collector")
@@ -164,9 +165,14 @@ def report_prerenderer(settings: Settings, store: Any) -> Any:
 
 
 def _one_pass(
-    settings: Settings, job_id: str | None, missing: bool, admin_comment: Any = None
+    settings: Settings,
+    job_id: str | None,
+    missing: bool,
+    admin_comment: Any = None,
+    only: frozenset[str] | None = None,
 ) -> Any:
-    """Lock, open, collect; ``None`` when another collector holds the lock."""
+    """Lock, open, collect (only ``job_id``, or the jobs in ``only``, when given); ``None``
+    when another collector holds the lock."""
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.collector import Collector, CollectorLock, CollectorOptions
     from slurm_gpu.store import open_store
@@ -197,7 +203,7 @@ def _one_pass(
                 analyse=analyse,
                 admin_comment=admin_comment,
                 reports=report_prerenderer(settings, store),
-            ).run_once(job_id, missing_pass=missing)
+            ).run_once(job_id, missing_pass=missing, only=only)
     finally:
         lock.release()
 
@@ -233,6 +239,13 @@ def _summary(report: Any) -> str:
     show_default=True,
     help="With --job: keep looking this many seconds until the job is stored.",
 )
+@click.option(
+    "--queue",
+    "from_queue",
+    is_flag=True,
+    help="Drain paths.queue_dir (filled by EpilogSlurmctld): store the queued jobs as one "
+    "batch, waiting up to collector.queue_wait_s for each, then exit.",
+)
 @click.option("--no-missing", is_flag=True, help="Skip the pass for GPU jobs without telemetry.")
 @click.option("--json", "as_json", is_flag=True, help="Print what each pass did as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every job (to stderr).")
@@ -242,6 +255,7 @@ def cli(
     job_id: str | None,
     once: bool,
     wait_s: float,
+    from_queue: bool,
     no_missing: bool,
     as_json: bool,
     verbose: bool,
@@ -249,7 +263,8 @@ def cli(
     """Ingest sealed telemetry records with Slurm accounting into the store.
 
     A second collector started while one runs exits at once with status 0. Without --once
-    (and without --job) it runs a pass every collector.interval_s seconds until stopped.
+    (and without --job or --queue) it runs a pass every collector.interval_s seconds until
+    stopped; such full passes also empty the EpilogSlurmctld queue, whose jobs they cover.
     """
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
@@ -261,9 +276,17 @@ def cli(
             f"--job {job_id!r} is not a raw job id",
             hint="pass SLURM_JOB_ID (digits only; array tasks have their own raw id)",
         )
+    if from_queue and job_id is not None:
+        raise UsageError(
+            "--queue and --job exclude each other",
+            hint="EpilogSlurmctld runs 'collect --queue'; --job stores one job by hand",
+        )
     settings = settings_from(ctx, trusted=True)
     # One publisher for the whole run: once it stops (lower-cased comments), it stays stopped.
     publisher = admin_comment_publisher(settings)
+    if from_queue:
+        _drain(settings, publisher)
+        return
     deadline = time.monotonic() + wait_s
     while True:
         report = _one_pass(settings, job_id, missing=not no_missing, admin_comment=publisher)
@@ -285,6 +308,8 @@ def cli(
                 break
             time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
             continue
+        if job_id is None:
+            _discard_queued(settings)
         if once:
             break
         time.sleep(settings.collector.interval_s)
@@ -293,6 +318,46 @@ def cli(
             "accounting could not be asked; the records stay in the spool",
             hint="check that sacct works for this user (slurmdbd up), then run again",
         )
+
+
+def _drain(settings: Settings, publisher: Any) -> None:
+    """``collect --queue``: the single drainer of the EpilogSlurmctld queue."""
+    from slurm_gpu.collector.jobqueue import JobQueue, drain
+
+    if not settings.paths.queue_dir:
+        raise ConfigError(
+            "no job queue to drain",
+            key="paths.queue_dir",
+            hint="set paths.queue_dir to the QUEUE directory of epilog-slurmctld.sh",
+        )
+
+    def collect(ids: frozenset[str]) -> Sequence[str] | None:
+        report = _one_pass(settings, None, missing=False, admin_comment=publisher, only=ids)
+        if report is None:
+            return None
+        for line in report.errors:
+            click.echo(f"slurm-gpu collect: {line}", err=True)
+        ingested: tuple[str, ...] = report.ingested
+        return ingested
+
+    result = drain(
+        JobQueue(settings.paths.queue_dir), collect, wait_s=settings.collector.queue_wait_s
+    )
+    click.echo(
+        f"queue drained: {len(result.stored)} stored, {len(result.dropped)} left to the timer "
+        f"({result.passes} passes)"
+    )
+
+
+def _discard_queued(settings: Settings) -> None:
+    """A full pass covers every queued job (stored now, or by the next pass): empty the queue,
+    so that it cannot grow where no drainer runs (no sudoers line)."""
+    from slurm_gpu.collector.jobqueue import JobQueue
+
+    try:
+        JobQueue(settings.paths.queue_dir).take()
+    except ConfigError as exc:
+        log.error("%s", exc)
 
 
 def _as_dict(report: Any) -> dict[str, list[str]]:

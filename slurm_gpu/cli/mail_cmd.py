@@ -47,7 +47,7 @@ NOTIFIER_KEY = "mail_notifier_factory"
 #: The mail program used when the configuration cannot be trusted or read.
 SYSTEM_MAIL = "/usr/bin/mail"
 
-#: Name the mail state file has in ``paths.state_dir``.
+#: Name the mail state file has in ``mail.state_dir``.
 STATE_FILE = "mail-state.db"
 
 PROG = "slurm-gpu mail"
@@ -103,7 +103,7 @@ def fallback_program(settings: Settings) -> str:
 
 
 def _state_path(settings: Settings) -> str:
-    return os.path.join(settings.paths.state_dir, STATE_FILE)
+    return os.path.join(settings.mail.state_dir, STATE_FILE)
 
 
 def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
@@ -272,7 +272,7 @@ def mailprog(
         if added is Enqueued.FULL:
             _log(f"job {job}: {settings.mail.max_pending} mails wait already; sent plain")
             _exec_fallback(fallback, env)
-        lock = DrainLock(settings.paths.state_dir)
+        lock = DrainLock(settings.mail.state_dir)
     except SlurmGpuError as err:
         _log(f"job {job}: {err.message}; using the fallback")
         _exec_fallback(fallback, env)
@@ -349,7 +349,7 @@ def cli(
     if flush:
         from slurm_gpu.notify.drain import DrainLock
 
-        lock = DrainLock(settings.paths.state_dir)
+        lock = DrainLock(settings.mail.state_dir)
         if lock.try_acquire():
             done, sent = drain_waiting(settings, lock, factory, dry_run_dir)
             click.echo(f"{done} waiting mail(s) handled")

@@ -25,16 +25,21 @@ runs at a time (``CollectorLock``, taken by the caller).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_gpu.accounting.base import is_settled
+from slurm_gpu.collector import safefs
+from slurm_gpu.collector.statedir import open_state_dir
 from slurm_gpu.errors import AccountingError, SpoolFormatError
 from slurm_gpu.records import JobRecord, NodeRecord
 from slurm_gpu.store import (
@@ -54,6 +59,10 @@ _KEEP_SUFFIXES = (".jsonl", ".state")
 #: Per-host spool files deleted once the job is stored.
 _DROP_SUFFIXES = (".live.json", ".pid")
 _MISSING_STATE = "missing-pass.json"
+#: Longest sealed record read (bytes): a 7-day, 8-GPU record at the most timeline points is far
+#: below it; a file planted in an inbox cannot make root read without end.
+MAX_RECORD_BYTES = 64 << 20
+_JOB_ID = re.compile(r"[0-9]{1,20}")
 
 Analyse = Callable[[JobRecord, Sequence[NodeRecord]], Sequence[FindingLike]]
 
@@ -102,17 +111,109 @@ class RecordReader(Protocol):
 
 
 class _SpoolModule:
-    """``slurm_gpu.spool`` behind the ``RecordReader`` seam."""
+    """Sealed records read the way root may read a directory another account can write (an
+    inbox that nodes ship into): under each of ``roots`` (the spool or inbox, and the state
+    directory) every component is opened with ``O_NOFOLLOW`` from the root's descriptor, only
+    regular files are listed and read, and a read stops at ``MAX_RECORD_BYTES``. The format
+    itself is ``slurm_gpu.spool``'s."""
+
+    def __init__(self, roots: Sequence[str] = ()) -> None:
+        self.roots = tuple(r.rstrip("/") or "/" for r in roots)
 
     def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]:
-        from slurm_gpu import spool
+        from slurm_gpu.spool import SealedRecord
 
-        return spool.list_sealed(spool_dir)
+        out: list[SealedLike] = []
+        try:
+            top = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return out
+        try:
+            for job in _job_dirs(top):
+                try:
+                    job_fd = safefs.open_dir(job, dir_fd=top)
+                except OSError:
+                    continue  # removed since the listing, or replaced by a non-directory
+                try:
+                    for name in _regular_names(job_fd, os.path.join(spool_dir, job)):
+                        if name.endswith(".record") and not name.startswith("."):
+                            host = name[: -len(".record")]
+                            out.append(SealedRecord(job, host, os.path.join(spool_dir, job, name)))
+                finally:
+                    os.close(job_fd)
+        finally:
+            os.close(top)
+        return out
 
     def read_record(self, path: str) -> NodeRecord:
         from slurm_gpu import spool
 
-        return spool.read_record(path)
+        try:
+            parent, name = _open_parent(path, self.roots)
+            try:
+                data = safefs.read_bounded(name, dir_fd=parent, max_bytes=MAX_RECORD_BYTES)
+            finally:
+                os.close(parent)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise SpoolFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        return spool.decode_record(data, where=path)
+
+
+def _open_parent(path: str, roots: Sequence[str]) -> tuple[int, str]:
+    """The descriptor of ``path``'s directory and the file's name. Below the first of
+    ``roots`` (configured directories, opened as configured) that holds ``path``, each
+    component is opened without following a symlink; elsewhere only the last one is."""
+    head, name = os.path.split(path)
+    for root in (r.rstrip("/") or "/" for r in roots):
+        if head == root or head.startswith(root.rstrip("/") + "/"):
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                for part in head[len(root) :].split("/"):
+                    if part:
+                        sub = safefs.open_dir(part, dir_fd=fd)
+                        os.close(fd)
+                        fd = sub
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd, name
+    return os.open(head or ".", safefs.DIR_FLAGS), name
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "a symbolic link or a file where a directory or file of root is expected; refused"
+    return str(exc.strerror or exc)
+
+
+def _job_dirs(dir_fd: int) -> list[str]:
+    """Job directories (decimal names, real directories) in ``dir_fd``, oldest id first."""
+    with os.scandir(dir_fd) as it:
+        names = [
+            e.name for e in it if _JOB_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+        ]
+    return sorted(names, key=int)
+
+
+def _regular_names(dir_fd: int, where: str) -> Iterator[str]:
+    """Names of the regular files in ``dir_fd``, sorted; anything else is logged and skipped."""
+    with os.scandir(dir_fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.is_file(follow_symlinks=False):
+            yield e.name
+        elif e.name.endswith(".record"):
+            log.warning("ignored %s/%s: not a regular file (never followed)", where, e.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,25 +341,69 @@ class Collector:
         self.state_dir = state_dir
         self.options = options or CollectorOptions()
         self.analyse = analyse
-        self.reader = reader or _SpoolModule()
+        self.reader = reader or _SpoolModule((spool_dir, state_dir))
         self.clock = clock
         self.admin_comment = admin_comment
         self.reports = reports
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
+        self._state_fd: int | None = None
 
     # ----------------------------------------------------------------- the pass
 
-    def run_once(self, job_id: str | None = None, *, missing_pass: bool = True) -> CollectReport:
-        """One pass over the spool (only ``job_id``'s records when given).
+    def run_once(
+        self,
+        job_id: str | None = None,
+        *,
+        missing_pass: bool = True,
+        only: Collection[str] | None = None,
+    ) -> CollectReport:
+        """One pass over the spool (only ``job_id``'s records, or those of the jobs in
+        ``only``, when given).
 
-        Raises ``StoreError`` when the store cannot be written (nothing leaves the spool
-        then). Accounting failures are reported in ``CollectReport.errors``.
+        Raises ``ConfigError`` when the state directory, ``done/`` or ``quarantine/`` is not
+        root's alone (``statedir``), ``StoreError`` when the store cannot be written (nothing
+        leaves the spool then). Accounting failures are reported in ``CollectReport.errors``.
         """
+        self._state_fd = open_state_dir(self.state_dir)
+        try:
+            for name in ("done", "quarantine"):
+                self._check_private(name)
+            wanted = set(only) if only is not None else None
+            if job_id is not None:
+                wanted = {job_id} if wanted is None else wanted & {job_id}
+            return self._run(wanted, missing_pass=missing_pass and job_id is None and only is None)
+        finally:
+            os.close(self._state_fd)
+            self._state_fd = None
+
+    def _check_private(self, name: str) -> None:
+        """Refuse to run when ``<state_dir>/<name>`` exists but is not a private directory
+        (a symlink planted there would make root write or delete elsewhere)."""
+        try:
+            fd = safefs.open_private_dir(name, dir_fd=self._state_fd_now())
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            from slurm_gpu.errors import ConfigError
+
+            raise ConfigError(
+                f"refusing to use {os.path.join(self.state_dir, name)}: {_why(exc)}",
+                key="paths.state_dir",
+                hint="remove it; the collector makes it again as a directory of root (0700)",
+            ) from None
+        os.close(fd)
+
+    def _state_fd_now(self) -> int:
+        if self._state_fd is None:
+            raise RuntimeError("the state directory is opened by run_once")
+        return self._state_fd
+
+    def _run(self, wanted: set[str] | None, *, missing_pass: bool) -> CollectReport:
         acc = _Acc()
         now = self.clock()
         self._prune_done(now)
-        pending = self._read_spool(job_id, acc)
+        pending = self._read_spool(wanted, acc)
         ids = sorted(pending, key=_id_key)
         size = max(1, self.options.batch_size)
         for i in range(0, len(ids), size):
@@ -280,7 +425,16 @@ class Collector:
             self.store.write_batch(bundles, collected_at_s=now)
             # Committed: only now may the files leave the spool.
             for b in bundles:
-                self._finish(pending[b.job.job_id])
+                try:
+                    self._finish(pending[b.job.job_id])
+                except OSError as exc:
+                    # Stored; the files stay in the spool and the next pass stores the job
+                    # again (idempotently) and retries the move.
+                    log.error(
+                        "job %s stored, but its files stay in the spool: %s",
+                        b.job.job_id,
+                        _why(exc),
+                    )
                 acc.ingested.append(b.job.job_id)
                 log.info(
                     "job %s stored: %s telemetry, %d node record(s)",
@@ -292,7 +446,7 @@ class Collector:
                 self._publish(bundles, acc)
             if self.reports is not None:
                 self.reports.publish([b.job for b in bundles])
-        if missing_pass and job_id is None:
+        if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
 
@@ -308,10 +462,10 @@ class Collector:
 
     # ----------------------------------------------------------------- spool
 
-    def _read_spool(self, only: str | None, acc: _Acc) -> dict[str, _Pending]:
+    def _read_spool(self, only: set[str] | None, acc: _Acc) -> dict[str, _Pending]:
         pending: dict[str, _Pending] = {}
         for sealed in self.reader.list_sealed(self.spool_dir):
-            if only is not None and sealed.job_id != only:
+            if only is not None and sealed.job_id not in only:
                 continue
             try:
                 record = self.reader.read_record(sealed.path)
@@ -331,20 +485,27 @@ class Collector:
         return pending
 
     def _quarantine(self, sealed: SealedLike, reason: str, acc: _Acc) -> None:
-        os.makedirs(self.quarantine_dir, mode=0o700, exist_ok=True)
+        """Move a record that cannot be ingested to ``<state_dir>/quarantine/`` with its reason
+        next to it; every name is opened relative to a directory descriptor, never followed."""
         base = f"{sealed.job_id}.{os.path.basename(sealed.path)}"
-        dest = os.path.join(self.quarantine_dir, base)
-        n = 1
-        while os.path.exists(dest):
-            dest = os.path.join(self.quarantine_dir, f"{base}.{n}")
-            n += 1
         try:
-            with open(dest + ".reason", "w", encoding="utf-8") as fh:
-                fh.write(reason + "\n")
-            shutil.move(sealed.path, dest)
+            parent, name = _open_parent(sealed.path, (self.spool_dir, self.state_dir))
+            with (
+                _closing(parent) as src,
+                _closing(
+                    safefs.open_private_dir("quarantine", dir_fd=self._state_fd_now(), create=True)
+                ) as q,
+            ):
+                dest, n = base, 1
+                while safefs.lstat_at(dest, dir_fd=q) is not None:
+                    dest, n = f"{base}.{n}", n + 1
+                # A reason left by a pass killed before the move is replaced, not followed.
+                safefs.write_replace(dest + ".reason", (reason + "\n").encode(), dir_fd=q)
+                safefs.move(name, src_fd=src, dst_fd=q, dst_name=dest, max_bytes=MAX_RECORD_BYTES)
         except OSError as exc:
-            log.error("job %s: cannot quarantine %s: %s", sealed.job_id, sealed.path, exc)
+            log.error("job %s: cannot quarantine %s: %s", sealed.job_id, sealed.path, _why(exc))
             return
+        dest = os.path.join(self.quarantine_dir, dest)
         acc.quarantined.append(dest)
         log.warning(
             "job %s: corrupt record %s moved to %s: %s", sealed.job_id, sealed.path, dest, reason
@@ -428,8 +589,13 @@ class Collector:
         done = os.path.join(self.done_dir, p.job_id)
         have = {_short(n.hostname) for n in p.nodes}
         try:
-            names = sorted(os.listdir(done))
+            parent, name = _open_parent(done, (self.state_dir,))
+            with _closing(parent), _closing(safefs.open_dir(name, dir_fd=parent)) as fd:
+                names = list(_regular_names(fd, done))
         except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.error("job %s: stored records in %s not read: %s", p.job_id, done, _why(exc))
             return []
         out = []
         for name in names:
@@ -450,37 +616,70 @@ class Collector:
         return out
 
     def _finish(self, p: _Pending) -> None:
-        """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir."""
-        dest_dir = os.path.join(self.done_dir, p.job_id)
-        os.makedirs(dest_dir, mode=0o700, exist_ok=True)
-        job_dir = os.path.join(self.spool_dir, p.job_id)
-        for sealed in p.files:
-            # The record goes last: a crash before it leaves the record in the spool, and the
-            # next pass re-ingests (idempotently) and finishes the move.
-            host = sealed.hostname
-            for suffix in _DROP_SUFFIXES:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(job_dir, host + suffix))
-            for suffix in _KEEP_SUFFIXES:
-                src = os.path.join(job_dir, host + suffix)
-                if os.path.exists(src):
-                    shutil.move(src, os.path.join(dest_dir, host + suffix))
-            shutil.move(sealed.path, os.path.join(dest_dir, os.path.basename(sealed.path)))
-        with contextlib.suppress(OSError):
-            os.rmdir(job_dir)  # only when empty: other nodes' files may still be arriving
+        """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir.
+
+        Every name is resolved relative to a directory descriptor without following a
+        symlink: ``done/`` and ``done/<job>/`` must be private directories of root, and the
+        spool's job directory must be a real directory. Raises ``OSError``."""
+        state = self._state_fd_now()
+        top = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        with (
+            _closing(top),
+            _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as done,
+            _closing(safefs.open_private_dir(p.job_id, dir_fd=done, create=True)) as dest,
+            _closing(safefs.open_dir(p.job_id, dir_fd=top)) as src,
+        ):
+            for sealed in p.files:
+                # The record goes last: a crash before it leaves the record in the spool, and
+                # the next pass re-ingests (idempotently) and finishes the move.
+                host = sealed.hostname
+                for suffix in _DROP_SUFFIXES:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(host + suffix, dir_fd=src)
+                for suffix in _KEEP_SUFFIXES:
+                    with contextlib.suppress(FileNotFoundError):
+                        safefs.move(host + suffix, src_fd=src, dst_fd=dest, dst_name=host + suffix)
+                name = os.path.basename(sealed.path)
+                safefs.move(
+                    name, src_fd=src, dst_fd=dest, dst_name=name, max_bytes=MAX_RECORD_BYTES
+                )
+            with contextlib.suppress(OSError):
+                # Only when empty: other nodes' files may still be arriving.
+                os.rmdir(p.job_id, dir_fd=top)
 
     def _prune_done(self, now: float) -> None:
-        try:
-            entries = os.listdir(self.done_dir)
-        except OSError:
+        """Delete the job directories in ``done/`` older than ``done_retention_s``, through
+        ``done/``'s descriptor: a symlink in ``done/`` is removed (the link, not its target),
+        and ``rmtree`` runs only in its descriptor-based form, which never follows one."""
+        if not shutil.rmtree.avoids_symlink_attacks:
+            log.error("done/ not pruned: this platform's rmtree can follow symlinks")
             return
-        for name in entries:
-            path = os.path.join(self.done_dir, name)
-            try:
-                if now - os.stat(path).st_mtime > self.options.done_retention_s:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                continue
+        try:
+            done = safefs.open_private_dir("done", dir_fd=self._state_fd_now())
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("%s not pruned: %s", self.done_dir, _why(exc))
+            return
+        with _closing(done):
+            with os.scandir(done) as it:
+                names = [e.name for e in it]
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=done, follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        log.warning(
+                            "removed the symlink %s/%s (never followed)", self.done_dir, name
+                        )
+                        os.unlink(name, dir_fd=done)
+                    elif now - st.st_mtime <= self.options.done_retention_s:
+                        continue
+                    elif stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(name, dir_fd=done)
+                    else:
+                        os.unlink(name, dir_fd=done)
+                except OSError as exc:
+                    log.warning("%s/%s not pruned: %s", self.done_dir, name, _why(exc))
 
     # ----------------------------------------------------------------- missing telemetry
 
@@ -488,10 +687,10 @@ class Collector:
         opts = self.options
         end = now - opts.missing_grace_s
         start = now - opts.missing_lookback_s
-        state_path = os.path.join(self.state_dir, _MISSING_STATE)
+        state = self._state_fd_now()
         try:
-            with open(state_path, encoding="utf-8") as fh:
-                checked = float(json.load(fh)["checked_until_s"])
+            raw = safefs.read_bounded(_MISSING_STATE, dir_fd=state, max_bytes=4096)
+            checked = float(json.loads(raw)["checked_until_s"])
             # Re-look a grace period back: accounting may have learnt of late ends since.
             start = max(start, checked - opts.missing_grace_s)
         except (OSError, ValueError, KeyError, TypeError):
@@ -536,10 +735,9 @@ class Collector:
                     b.job.job_id,
                     ",".join(b.job.nodelist) or "its nodes",
                 )
-        tmp = state_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"checked_until_s": end}, fh)
-        os.replace(tmp, state_path)
+        safefs.write_replace(
+            _MISSING_STATE, json.dumps({"checked_until_s": end}).encode(), dir_fd=state
+        )
 
 
 def _id_key(job_id: str) -> tuple[int, str]:
@@ -548,16 +746,20 @@ def _id_key(job_id: str) -> tuple[int, str]:
 
 def _spool_job_dirs(spool_dir: str) -> set[str]:
     try:
-        return set(os.listdir(spool_dir))
+        fd = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return set()
+    with _closing(fd):
+        return set(_job_dirs(fd))
 
 
 def _has_record(spool_dir: str, job_id: str, dirs: set[str]) -> bool:
     if job_id not in dirs:
         return False
     try:
-        return any(n.endswith(".record") for n in os.listdir(os.path.join(spool_dir, job_id)))
+        parent, _ = _open_parent(os.path.join(spool_dir, job_id, "x"), (spool_dir,))
+        with _closing(parent):
+            return any(n.endswith(".record") for n in os.listdir(parent))
     except OSError:
         return False
 

@@ -2,7 +2,7 @@
 
 A MailProg call for an END or FAIL mail only records the mail in the mail state
 (``MailState.enqueue``, bounded by ``[mail] max_pending``) and tries to become the drainer: it
-takes ``<state_dir>/mail-drain.lock`` with a non-blocking ``flock``. A call that finds the lock
+takes ``<mail.state_dir>/mail-drain.lock`` with a non-blocking ``flock``. A call that finds the lock
 held exits at once, so a job array of ten thousand trivial tasks costs the controller ten
 thousand short processes in a row and one waiting process, not ten thousand waiting ones.
 
@@ -32,7 +32,7 @@ LOCK_NAME = "mail-drain.lock"
 
 
 class DrainLock:
-    """The drainer's exclusive ``flock`` on ``<state_dir>/mail-drain.lock`` (mode 0600,
+    """The drainer's exclusive ``flock`` on ``<mail.state_dir>/mail-drain.lock`` (mode 0600,
     opened without following a symbolic link). The lock lives with the open file, so a
     forked child that keeps it open keeps the lock after its parent exits."""
 
@@ -45,7 +45,7 @@ class DrainLock:
         except OSError as exc:
             raise StoreError(
                 f"cannot open the mail drain lock {self.path}: {exc.strerror}",
-                hint="make paths.state_dir writable by SlurmUser, which runs the mail program",
+                hint="make mail.state_dir a directory of SlurmUser, which runs the mail program",
             ) from None
         self.held = False
 

@@ -100,7 +100,7 @@ class MailState:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the mail state file {path}: {exc}",
-                hint="make paths.state_dir writable by SlurmUser, which runs the mail program",
+                hint="make mail.state_dir a directory of SlurmUser, which runs the mail program",
             ) from None
 
     def close(self) -> None:

@@ -158,7 +158,8 @@ def mail_site(tmp_path: Path, isolated_python: Path) -> Iterator[Site]:
     config.write_text(
         f'[paths]\nstate_dir = "{root / "state"}"\n'
         f'[accounting]\nsacct_path = "{sacct}"\ntimeout_s = {WAIT_S:g}\n'
-        f'[mail]\nfallback_mailprog = "{fallback}"\nsmtp_host = "127.0.0.1"\nsmtp_port = 1\n'
+        f'[mail]\nstate_dir = "{root / "state"}"\n'
+        f'fallback_mailprog = "{fallback}"\nsmtp_host = "127.0.0.1"\nsmtp_port = 1\n'
         "wait_for_record_s = 5\npoll_interval_s = 0.1\nwaste_policy = true\n"
     )
     config.chmod(0o644)

@@ -412,3 +412,28 @@ def test_records_of_an_earlier_run_of_a_requeued_job_are_not_joined(env: Env) ->
     with Store.open(env.url) as store:
         got = store.get_job("720")
         assert got is not None and [n.hostname for n in got.nodes] == ["n2"]
+
+
+def test_prune_removes_a_symlink_in_done_never_its_target(env: Env, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "old").mkdir(parents=True)
+    os.utime(outside / "old", (END - 30 * 86400, END - 30 * 86400))
+    (env.state_dir / "done").mkdir(parents=True, mode=0o700)
+    (env.state_dir / "done" / "123").symlink_to(outside / "old")
+    env.run(done_retention_s=60.0)
+    assert (outside / "old").is_dir()
+    assert not (env.state_dir / "done" / "123").is_symlink()
+
+
+def test_oversized_record_is_quarantined_and_a_fifo_is_never_opened(env: Env) -> None:
+    big = env.seal(make_node("510", "node1"))
+    with open(big, "r+b") as fh:
+        fh.truncate((64 << 20) + 1)  # sparse: costs no disk
+    env.accounting.jobs["510"] = make_job("510")
+    (env.spool_dir / "511").mkdir()
+    os.mkfifo(env.spool_dir / "511" / "node1.record")  # reading it would block forever
+    report = env.run()
+    assert [Path(q).name for q in report.quarantined] == ["510.node1.record"]  # type: ignore[attr-defined]
+    reason = (env.state_dir / "quarantine" / "510.node1.record.reason").read_text()
+    assert "longer than" in reason
+    assert (env.spool_dir / "511" / "node1.record").exists()
