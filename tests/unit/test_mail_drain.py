@@ -87,7 +87,8 @@ def test_mail_admitted_by_a_dead_drainer_is_still_sent(
         return n
 
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n')
+    state = tmp_path / "state"
+    cfg.write_text(f'[paths]\nstate_dir = "{state}"\n[mail]\nstate_dir = "{state}"\n')
     res = CliRunner().invoke(
         cli, ["--config", str(cfg), "--flush"], obj={NOTIFIER_KEY: factory}, catch_exceptions=False
     )
