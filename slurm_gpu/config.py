@@ -90,6 +90,19 @@ class HooksSettings:
         20.0, "Hard limit on one prolog or epilog run, seconds.", min=1, max=300
     )
     sampler_nice: int = _opt(10, "Nice value of the sampler process.", min=0, max=19)
+    sampler_memory_max_bytes: int = _opt(
+        268435456,
+        "RLIMIT_DATA of a detached sampler (heap and private mappings; it needs about 20 MB); "
+        "0: unlimited. systemd sites set MemoryMax in the unit.",
+        min=0,
+    )
+    sampler_open_files_max: int = _opt(
+        4096,
+        "RLIMIT_NOFILE of a detached sampler (it keeps 2 per job process, at most 512); "
+        "0: unchanged.",
+        min=0,
+        max=1048576,
+    )
     sampler_launcher: str = _opt(
         "detach",
         "How the prolog starts the sampler: a detached process, or a systemd unit "

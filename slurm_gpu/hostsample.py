@@ -10,9 +10,17 @@ Three methods, probed in this order and recorded in every ``HostSample.method``:
     ``cpuacct/slurm*/uid_<uid>/job_<id>/cpuacct.usage``, ``memory/.../memory.stat`` rss,
     ``blkio/.../blkio.throttle.io_service_bytes``.
 ``proc``
-    When Slurm tracks processes without cgroups (``proctrack/linuxproc``): the processes whose
-    environment holds ``SLURM_JOB_ID=<id>``, summing ``/proc/<pid>/stat`` and ``io``.
-    Counters are kept monotonic when processes exit (see ``ProcHostSampler``).
+    When Slurm tracks processes without cgroups (``proctrack/linuxproc``): the job's
+    processes, summing ``/proc/<pid>/stat`` and ``io``. A process is the job's when it runs as
+    the job's uid and either descends from a slurmstepd of this job (root's, ``slurmstepd:
+    [<id>.<step>]``) or holds ``SLURM_JOB_ID=<id>`` in the first ``ENVIRON_MAX_BYTES`` of its
+    environment; another user's process never is. Counters are kept monotonic when processes
+    exit (see ``ProcHostSampler``).
+
+A job's cgroup directory counts only when root (or the sampler's account) owns it: a user may
+create cgroups in a subtree delegated to them. The /proc method is kept for the whole job only
+once a process descending from the job's slurmstepd was seen; until then the cgroups are
+probed again at every reading, so a process that merely sets the variable cannot pin it.
 
 Nothing here raises for one unreadable file: a value that cannot be read is ``None``.
 """
@@ -51,21 +59,42 @@ def _read_text(path: str) -> str | None:
     return b"".join(chunks).decode("ascii", errors="replace")
 
 
-def _read_environ(path: str) -> bytes | None:
-    """A process's initial environment, whole (it may exceed one read)."""
+#: Most bytes of a process's initial environment read to find ``SLURM_JOB_ID=``, bytes. The
+#: environment is the process's own to make as large as it likes (terabytes, on a sparse
+#: mapping, at no cost to it); slurmstepd puts the variable among the first few KiB, and a
+#: variable beyond this bound is not seen.
+ENVIRON_MAX_BYTES = 64 * 1024
+_ENVIRON_CHUNK = 8192
+
+
+def environ_has(
+    path: str, needle: bytes, limit: int = ENVIRON_MAX_BYTES
+) -> tuple[bool | None, int]:
+    """Whether the environment file ``path`` holds the variable ``needle`` (``NAME=value``)
+    within its first ``limit`` bytes, and how many bytes were read. Reads in chunks and stops
+    at the first match. ``None`` when unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None
+        return None, 0
+    # A variable starts the file or follows a NUL, and ends with a NUL or the file's end.
+    target = b"\0" + needle + b"\0"
+    data = b"\0"
+    total = 0
     try:
-        chunks = [os.read(fd, 65536)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 65536))
+        while total < limit:
+            chunk = os.read(fd, min(_ENVIRON_CHUNK, limit - total))
+            if not chunk:
+                return data.endswith(target[:-1]), total  # the whole file: the last one
+            total += len(chunk)
+            data = data[-len(target) :] + chunk
+            if target in data:
+                return True, total
     except OSError:
-        return None
+        return None, total
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    return False, total  # cut at the bound: a variable running past it is not complete
 
 
 def _kv_file(path: str) -> dict[str, int]:
@@ -151,9 +180,18 @@ def find_cgroup2_dir(cgroup_root: str, job_id: str) -> str | None:
     candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", "*", f"job_{job_id}")))
     candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", f"job_{job_id}")))
     for path in candidates:
-        if os.path.isdir(path):
+        if os.path.isdir(path) and _trusted_dir(path):
             return path
     return None
+
+
+def _trusted_dir(path: str) -> bool:
+    """Whether root (or this account) owns ``path``: Slurm's job cgroups are root's, while a
+    user may create cgroups named ``job_<id>`` in a subtree delegated to them."""
+    try:
+        return os.stat(path).st_uid in (0, os.geteuid())
+    except OSError:
+        return False
 
 
 def find_cgroup1_dirs(cgroup_root: str, job_id: str, uid: int | None) -> dict[str, str] | None:
@@ -165,6 +203,7 @@ def find_cgroup1_dirs(cgroup_root: str, job_id: str, uid: int | None) -> dict[st
         if not os.path.isdir(base) and controller == "cpuacct":
             base = os.path.join(cgroup_root, "cpu,cpuacct")
         matches = sorted(glob.glob(os.path.join(base, "slurm*", uid_part, f"job_{job_id}")))
+        matches = [m for m in matches if _trusted_dir(m)]
         if matches:
             found[controller] = matches[0]
     return found if "cpuacct" in found else None
@@ -267,14 +306,15 @@ class Cgroup1HostSampler:
 MAX_KEPT_PROCESSES = 256
 
 
-def _read_bytes(path: str) -> bytes | None:
-    """A small /proc file in one read (they are generated whole on the first read)."""
+def _read_bytes(path: str, limit: int = 65536) -> bytes | None:
+    """A small /proc file in one read of at most ``limit`` bytes (they are generated whole on
+    the first read)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return os.read(fd, 65536)
+        return os.read(fd, limit)
     except OSError:
         return None
     finally:
@@ -311,6 +351,28 @@ class _ProcState:
     """``/proc/<pid>/stat`` kept open (-1: read by path). A descriptor stays bound to its
     process: once that is reaped it reads ESRCH, even if the pid is reused."""
     io_fd: int = -1
+
+
+#: Most new processes whose membership is decided in one reading (one look at their
+#: ancestry and environment each); the others wait for the next reading. Bounds the work a
+#: user can cause by creating processes.
+MAX_NEW_PIDS_PER_READING = 256
+#: Most ancestors looked at to find the job's slurmstepd above a process.
+MAX_ANCESTRY_DEPTH = 64
+_STEPD_COMM = b"slurmstepd"
+
+
+def _comm_and_ppid(text: bytes) -> tuple[bytes, int] | None:
+    """(command name, ppid) from /proc/pid/stat."""
+    start = text.find(b"(")
+    end = text.rfind(b")")
+    if start < 0 or end < start:
+        return None
+    fields = text[end + 2 :].split(None, 2)
+    try:
+        return text[start + 1 : end], int(fields[1])
+    except (ValueError, IndexError):
+        return None
 
 
 def _parse_stat(text: bytes) -> tuple[int, int, float, float, bytes, int] | None:
@@ -352,8 +414,13 @@ def _parse_proc_io(text: bytes) -> tuple[int, int]:
 class ProcHostSampler:
     """Sums the job's processes from /proc, keeping counters monotonic.
 
-    A process belongs to the job when its initial environment holds ``SLURM_JOB_ID=<id>``
-    (readable by root; the sampler itself is started with that variable removed). Processes are
+    A process belongs to the job when it runs as the job's ``uid`` and either descends from a
+    slurmstepd of this job (its parents, followed through ``/proc/<pid>/stat``, reach a
+    root-owned ``slurmstepd`` whose command line is ``slurmstepd: [<id>.<step>]``) or holds
+    ``SLURM_JOB_ID=<id>`` in the first ``ENVIRON_MAX_BYTES`` of its initial environment (the
+    sampler itself is started with that variable removed). Without a ``uid`` only the
+    ancestry counts. ``verified`` tells whether a process of the first kind was seen. At most
+    ``MAX_NEW_PIDS_PER_READING`` new processes are looked at per reading. Processes are
     keyed by (pid, start time) so that a reused pid is a new process.
 
     Why the bookkeeping: ``/proc/<pid>/stat`` shows a process's own CPU time and, in
@@ -381,7 +448,21 @@ class ProcHostSampler:
         self.job_id = job_id
         self.uid = uid
         self.proc_root = proc_root
-        self._needle = f"SLURM_JOB_ID={job_id}\0".encode()
+        self._needle = f"SLURM_JOB_ID={job_id}".encode()
+        self._stepd_prefixes = (
+            f"slurmstepd: [{job_id}.".encode(),
+            f"slurmstepd: [{job_id}]".encode(),
+        )
+        # pid -> (start ticks, whether it descends from this job's slurmstepd): what the
+        # ancestry walk learnt, kept while the pid is listed.
+        self._ancestry: dict[int, tuple[int, bool]] = {}
+        self._deferred = False
+        self.verified = False
+        """Whether a process descending from this job's slurmstepd has been seen."""
+        self.environ_bytes = 0
+        """Bytes read from environment files so far."""
+        self.environ_bytes_max = 0
+        """Most bytes read from one environment file (at most ``ENVIRON_MAX_BYTES``)."""
         self._exclude = exclude_pids | {os.getpid()}
         # pid -> the process tracked under that pid (its start time inside).
         self._tracked: dict[int, _ProcState] = {}
@@ -439,18 +520,63 @@ class ProcHostSampler:
         last = text.rsplit(None, 1)[-1] if text.strip() else b""
         return last if last.isdigit() else None
 
-    def _is_job_process(self, pid: int) -> bool:
+    def _is_job_stepd(self, pid: int) -> bool:
+        """Whether ``pid`` (named ``slurmstepd``) is a slurmstepd of this job: root's, with the
+        job id in its command line (a user cannot give a root process a name)."""
+        path = f"{self.proc_root}/{pid}"
+        try:
+            if os.stat(path).st_uid != 0:
+                return False
+        except OSError:
+            return False
+        cmdline = _read_bytes(f"{path}/cmdline", 4096)
+        return cmdline is not None and cmdline.startswith(self._stepd_prefixes)
+
+    def _descends_from_stepd(self, ppid: int) -> bool:
+        """Whether the process whose parent is ``ppid`` descends from this job's slurmstepd."""
+        walked: list[tuple[int, int]] = []
+        found = False
+        pid = ppid
+        for _ in range(MAX_ANCESTRY_DEPTH):
+            if pid <= 1:
+                break
+            text = _read_bytes(f"{self.proc_root}/{pid}/stat")
+            parsed = _parse_stat(text) if text else None
+            named = _comm_and_ppid(text) if text else None
+            if parsed is None or named is None:
+                break
+            start = parsed[1]
+            known = self._ancestry.get(pid)
+            if known is not None and known[0] == start:
+                found = known[1]
+                break
+            walked.append((pid, start))
+            if named[0] == _STEPD_COMM:
+                # The first slurmstepd above decides: one of another job is not ours.
+                found = self._is_job_stepd(pid)
+                break
+            pid = named[1]
+        for p, start in walked:
+            self._ancestry[p] = (start, found)
+        return found
+
+    def _is_job_process(self, pid: int, ppid: int) -> bool:
         path = f"{self.proc_root}/{pid}"
         if self.uid is not None:
             try:
                 if os.stat(path).st_uid != self.uid:
-                    return False
+                    return False  # never another user's process
             except OSError:
                 return False
-        env = _read_environ(f"{path}/environ")
-        if env is None:
-            return False
-        return (b"\0" + env).find(b"\0" + self._needle) >= 0 or env.endswith(self._needle[:-1])
+        if self._descends_from_stepd(ppid):
+            self.verified = True
+            return True
+        if self.uid is None:
+            return False  # the variable alone never decides
+        found, read = environ_has(f"{path}/environ", self._needle)
+        self.environ_bytes += read
+        self.environ_bytes_max = max(self.environ_bytes_max, read)
+        return bool(found)
 
     def sample(self, now_s: float | None = None) -> HostSample:
         now = time.time() if now_s is None else now_s
@@ -463,6 +589,7 @@ class ProcHostSampler:
         if (
             created is not None
             and created == self._last_created
+            and not self._deferred
             and not any(not m[1] and not m[2] for m in self._membership.values())
         ):
             return self._read(now, list(self._tracked))
@@ -479,6 +606,8 @@ class ProcHostSampler:
         # and reused between two readings would be missed; with sequential pid allocation
         # that takes pid_max process creations within one interval.)
         self._skip &= present
+        listed = {int(n) for n in present if n.isdigit()}
+        self._ancestry = {p: a for p, a in self._ancestry.items() if p in listed}
         pids = []
         for name in present - self._skip:
             if not name.isdigit() or int(name) in self._exclude:
@@ -493,8 +622,17 @@ class ProcHostSampler:
         seen: dict[int, _ProcState] = {}
         rss_pages = 0
         membership: dict[int, tuple[int | None, bool, bool]] = {}
+        examined = 0
+        self._deferred = False
         for pid in pids:
             st = tracked.get(pid)
+            known = self._membership.get(pid)
+            if st is None and (known is None or not known[1]):
+                # Its membership is to be decided: bounded per reading, the rest next time.
+                if examined >= MAX_NEW_PIDS_PER_READING:
+                    self._deferred = True
+                    continue
+                examined += 1
             stat_text = _pread(st.stat_fd) if st is not None and st.stat_fd >= 0 else None
             if stat_text is None:
                 # Not kept open, or its process is gone (the pid may have a new process).
@@ -503,13 +641,13 @@ class ProcHostSampler:
             if parsed is None:
                 continue
             ppid, start, own, children, state, rss = parsed
-            known = self._membership.get(pid)
             if known is None or known[0] != start:
-                known = (start, self._is_job_process(pid), False)
+                known = (start, self._is_job_process(pid, ppid), False)
             elif not known[1]:
                 # Second look at a process first judged not the job's: slurmstepd forks, then
-                # sets the job's environment and execs, so a first look may have come between.
-                known = (start, self._is_job_process(pid), True)
+                # sets the job's uid and environment and execs, so a first look may have come
+                # between.
+                known = (start, self._is_job_process(pid, ppid), True)
                 if not known[1]:
                     self._skip.add(str(pid))  # final: not read again while it is listed
                     continue
@@ -633,8 +771,9 @@ class AutoHostSampler:
 
     The prolog starts the sampler before slurmstepd has created the job's cgroup (with
     ``PrologFlags=Alloc`` the prolog runs at allocation), so a single probe at start would fall
-    back to /proc for good. Until a cgroup appears or /proc shows a job process, every reading
-    probes again.
+    back to /proc for good. Until a cgroup appears or /proc shows a process descending from
+    the job's slurmstepd (``ProcHostSampler.verified``), every reading probes again: a process
+    counted only for its uid and variable does not decide the method.
     """
 
     def __init__(
@@ -684,7 +823,7 @@ class AutoHostSampler:
         if self._proc is None:
             return NullHostSampler().sample(now_s)
         reading = self._proc.sample(now_s)
-        if reading.process_count:
+        if reading.process_count and self._proc.verified:
             self._chosen = self._proc
         return reading
 

@@ -33,6 +33,7 @@ from slurm_gpu.spool import (
     JobSpool,
     SpoolHeader,
     SpoolWriter,
+    private_group_of,
     write_live,
     write_pidfile,
     write_record,
@@ -108,6 +109,9 @@ class Sampler:
         self._last_gpus: Sequence[GpuSample] = ()
         self._last_host: HostSample | None = None
         self.started_s = clock()
+        # The group that may read the live summary: the job user's private group, looked up
+        # once (a name service may be slow); none when not root (nothing to grant).
+        self._live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
         self.agg = self._make_aggregator()
 
     # ------------------------------------------------------------------ setup
@@ -273,8 +277,8 @@ class Sampler:
             },
         }
         try:
-            write_live(self.paths.live, summary, self.opts.uid)
-        except OSError as exc:
+            write_live(self.paths, summary, self._live_gid)
+        except (OSError, ValueError) as exc:
             log.warning("live summary not written: %s", exc)
 
     # ------------------------------------------------------------------ end

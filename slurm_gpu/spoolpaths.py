@@ -9,18 +9,32 @@ waits, does not import the record types and codecs unless it must recover a reco
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from slurm_gpu.errors import SpoolFormatError
 
-JOB_DIR_MODE = 0o711
+#: The spool root and every job directory in it: root's alone. Nothing in the spool is meant
+#: for users (their live summary is in the live directory, ``live_dir_of``), so other accounts
+#: can neither list nor stat what is there.
+JOB_DIR_MODE = 0o700
+SPOOL_ROOT_MODE = 0o700
 FILE_MODE = 0o600
+#: The live summary: root's, readable by the job user's private group (``LIVE_GROUP_MODE``)
+#: or, when the user has no private group, by root only.
 LIVE_MODE = 0o400
-
-_JOB_ID_RE = re.compile(r"^[0-9]+$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+LIVE_GROUP_MODE = 0o440
+#: The live directory's root: traversable, not listable. A job's live directory in it is
+#: ``LIVE_JOB_DIR_GROUP_MODE`` with the private group, else ``JOB_DIR_MODE``.
+LIVE_ROOT_MODE = 0o711
+LIVE_JOB_DIR_GROUP_MODE = 0o750
+#: Largest live summary written or read, bytes (a 16-GPU summary is about 5 KB).
+LIVE_MAX_BYTES = 64 * 1024
+#: What follows the spool directory's name to name the live directory beside it.
+LIVE_DIR_SUFFIX = "-live"
 
 _JOB_ID_RE = re.compile(r"^[0-9]+$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -87,31 +101,113 @@ class JobSpool:
         return self._file(".record")
 
     @property
+    def live_job_dir(self) -> str:
+        """The job's directory in the live directory (``live_dir_of``)."""
+        return os.path.join(live_dir_of(self.spool_dir), self.job_id)
+
+    @property
     def live(self) -> str:
-        return self._file(".live.json")
+        """``<live_dir>/<job_id>/<host>.json``: the live summary ``gpueff`` reads."""
+        return os.path.join(self.live_job_dir, f"{self.hostname}.json")
 
     def create_dir(self) -> None:
-        """Create ``<spool_dir>`` and the job dir, both 0711 and root-owned.
+        """Create ``<spool_dir>`` and the job dir, both 0700 and root-owned.
 
-        0711 (traversable, not listable) lets a job's owner open the one file meant for them,
-        ``<host>.live.json``, without seeing which other jobs exist; everything else is 0600.
+        An existing spool root that is more open (0711 before this release) is tightened: no
+        file in it is meant for another account. Raises ``OSError`` (``EPERM`` when a
+        directory is another account's).
         """
-        if not os.path.isdir(self.spool_dir):
-            os.makedirs(self.spool_dir, mode=JOB_DIR_MODE, exist_ok=True)
-            os.chmod(self.spool_dir, JOB_DIR_MODE)  # makedirs' mode is filtered by the umask
+        ensure_root_dir(self.spool_dir, SPOOL_ROOT_MODE)
+        ensure_dir_at(self.spool_dir, self.job_id, JOB_DIR_MODE)
+
+    def create_live_dir(self, gid: int | None) -> None:
+        """Create the live root (0711) and the job's live directory: root-owned, group
+        ``gid`` and 0750 when given (the job user's private group), else 0700."""
+        root = live_dir_of(self.spool_dir)
+        ensure_root_dir(root, LIVE_ROOT_MODE)
+        if gid is None:
+            ensure_dir_at(root, self.job_id, JOB_DIR_MODE)
+        else:
+            ensure_dir_at(root, self.job_id, LIVE_JOB_DIR_GROUP_MODE, gid=gid)
+
+    def remove_live(self) -> None:
+        """Remove this host's live summary and, once empty, the job's live directory (the
+        epilog: ``gpueff`` reads the store for ended jobs). Names are removed relative to a
+        directory opened without following links."""
+        try:
+            fd = os.open(self.live_job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            for name in os.listdir(fd):
+                if name == f"{self.hostname}.json" or (
+                    name.startswith(f".{self.hostname}.json.") and name.endswith(".tmp")
+                ):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.live_job_dir)
+
+
+def live_dir_of(spool_dir: str) -> str:
+    """The live directory beside ``spool_dir`` (``/var/spool/slurm-gpu`` ->
+    ``/var/spool/slurm-gpu-live``): apart from the spool, because users must reach their own
+    summary there and nothing else."""
+    return spool_dir.rstrip("/") + LIVE_DIR_SUFFIX
+
+
+# --------------------------------------------------------------------------- directories
+
+
+def _our_dir(fd: int, path: str, mode: int, gid: int | None) -> None:
+    """Check that the open directory ``fd`` is ours, then set its mode (and group)."""
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        raise PermissionError(errno.EPERM, "directory owned by another account", path)
+    if gid is not None and st.st_gid != gid:
+        os.fchown(fd, -1, gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+def ensure_root_dir(path: str, mode: int) -> None:
+    """Create ``path`` (and its parents) if missing and make it ``mode``; it must be owned
+    by this account. The configured path itself may be a link an admin made."""
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=mode, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _our_dir(fd, path, mode, None)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir_at(parent: str, name: str, mode: int, *, gid: int | None = None) -> None:
+    """Create ``parent/name`` if missing, never following a link there, and make it
+    ``mode`` (and group ``gid``); it must be owned by this account."""
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(self.job_dir, JOB_DIR_MODE)
-        os.chmod(self.job_dir, JOB_DIR_MODE)
+            os.mkdir(name, 0o700, dir_fd=pfd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=pfd)
+        try:
+            _our_dir(fd, os.path.join(parent, name), mode, gid)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(pfd)
 
 
 # --------------------------------------------------------------------------- atomic files
 
 
-def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, uid: int | None = None) -> None:
+def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, gid: int | None = None) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory, fsync, rename.
 
-    Readers see the old file or the new one, never a part. ``uid`` chowns the file (root only).
-    Raises ``OSError``.
+    Readers see the old file or the new one, never a part. The file stays the writer's;
+    ``gid`` sets its group (root only). Raises ``OSError``.
     """
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -119,8 +215,8 @@ def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, uid: int | No
     try:
         try:
             _write_all(fd, data)
-            if uid is not None:
-                os.fchown(fd, uid, -1)
+            if gid is not None:
+                os.fchown(fd, -1, gid)
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

@@ -141,6 +141,53 @@ def is_alive(pid: int) -> bool:
     return state is not None and state not in ("Z", "X")
 
 
+def job_stepd_running(job_id: str, proc_root: str = "/proc") -> bool:
+    """Whether a slurmstepd of ``job_id`` runs on this node: a root-owned process named
+    ``slurmstepd`` whose command line is ``slurmstepd: [<id>.<step>]`` (a user cannot give
+    a root process a name). Every step of a running job, the extern and batch steps included,
+    has one. Lists /proc once: for the rare case of a GPU still claimed by another job."""
+    prefixes = (f"slurmstepd: [{job_id}.".encode(), f"slurmstepd: [{job_id}]".encode())
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return False
+    for name in names:
+        if not name.isdigit():
+            continue
+        path = f"{proc_root}/{name}"
+        try:
+            with open(f"{path}/comm", "rb") as fh:
+                if fh.read(64).rstrip(b"\n") != b"slurmstepd":
+                    continue
+            if os.stat(path).st_uid != 0:
+                continue
+            with open(f"{path}/cmdline", "rb") as fh:
+                if fh.read(4096).startswith(prefixes):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def job_cgroup_populated(job_id: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
+    """Whether the job's cgroup v2 directory (root-owned) holds a process."""
+    from slurm_gpu.hostsample import find_cgroup2_dir
+
+    found = find_cgroup2_dir(cgroup_root, job_id)
+    if found is None:
+        return False
+    try:
+        with open(os.path.join(found, "cgroup.events"), "rb") as fh:
+            return b"populated 1" in fh.read(4096)
+    except OSError:
+        return False
+
+
+def job_still_running(job_id: str) -> bool:
+    """Whether ``job_id`` still runs on this node (its slurmstepd, or a populated cgroup)."""
+    return job_stepd_running(job_id) or job_cgroup_populated(job_id)
+
+
 # --------------------------------------------------------------------------- wrapper scripts
 
 WRAPPER_TEMPLATE = """#!/bin/sh

@@ -109,11 +109,14 @@ def stop_sampler(paths: JobSpool, timeout_s: float) -> str:
     return "killed"
 
 
-def _owned_gpus(paths: JobSpool) -> list[str]:
+def _owned_gpus(paths: JobSpool, field: str = "gpus") -> list[str]:
+    """The job's GPU UUIDs (``gpus``) or ownership keys (``keys``, see
+    ``GpuResolution.owner_keys``; the UUIDs for a file written before keys existed)."""
     try:
         with open(os.path.join(paths.job_dir, f"{paths.hostname}.owner.json"), "rb") as fh:
-            return [str(u) for u in json.load(fh)["gpus"]]
-    except (OSError, ValueError, KeyError, TypeError):
+            body = json.load(fh)
+        return [str(u) for u in body.get(field, body["gpus"])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
 
 
@@ -194,10 +197,11 @@ def recover_record(paths: JobSpool, settings: Settings, reason: str) -> str:
 
 
 def cleanup(paths: JobSpool) -> None:
-    """Remove the pid file and this job's GPU ownership entries."""
+    """Remove the pid file, the live summary and this job's GPU ownership entries."""
     with contextlib.suppress(OSError):
         os.unlink(paths.pid)
-    for uuid in _owned_gpus(paths):
+    paths.remove_live()
+    for uuid in _owned_gpus(paths, "keys"):
         path = owner_file(paths.spool_dir, uuid)
         try:
             with open(path, "rb") as fh:

@@ -26,6 +26,15 @@ class GpuResolution:
     via: str
     """``SLURM_JOB_GPUS``, ``CUDA_VISIBLE_DEVICES`` or ``none``."""
     unresolved: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    """What the job holds, one key per device, for GPU ownership: the UUID, or for a MIG
+    slice named ``MIG-GPU-<uuid>/<gi>/<ci>`` (which samples as its parent GPU) the parent
+    UUID with ``/<gi>/<ci>``, so two slices of one GPU are two holdings. Empty: ``uuids``."""
+
+    @property
+    def owner_keys(self) -> tuple[str, ...]:
+        """``keys``, or the UUIDs when no key was set."""
+        return self.keys or self.uuids
 
 
 def _tokens(value: str | None) -> list[str]:
@@ -53,18 +62,33 @@ def _by_ordinal(token: str, gpus: Sequence[GpuInfo]) -> str | None:
     return None
 
 
-def _by_uuid(token: str, gpus: Sequence[GpuInfo]) -> str | None:
+def _slice_suffix(rest: str) -> str | None:
+    """``/<gi>/<ci>`` of a pre-R470 MIG name, normalised; ``None`` if not two numbers."""
+    parts = rest.split("/")
+    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 4 for p in parts):
+        return None
+    return "/" + "/".join(str(int(p)) for p in parts)
+
+
+def _by_uuid(token: str, gpus: Sequence[GpuInfo]) -> tuple[str, str] | None:
+    """(UUID to sample, ownership key) of a UUID token; ``None`` if it matches no GPU."""
     low = token.lower()
+    suffix = ""
     if low.startswith("mig-gpu-") and "/" in low:
-        # Pre-R470 MIG syntax MIG-GPU-<uuid>/<gi>/<ci>: the physical GPU is all we can name.
-        low = low[len("mig-") :].split("/", 1)[0]
+        # Pre-R470 MIG syntax MIG-GPU-<uuid>/<gi>/<ci>: the physical GPU is all we can
+        # sample, but the slice (GPU instance, compute instance) is what the job holds.
+        low, _, rest = low[len("mig-") :].partition("/")
+        found = _slice_suffix(rest)
+        if found is None:
+            return None
+        suffix = found
     exact = [g.uuid for g in gpus if g.uuid.lower() == low]
     if exact:
-        return exact[0]
+        return exact[0], exact[0] + suffix
     if len(low) < len("GPU-") + 1:
         return None
     matches = [g.uuid for g in gpus if g.uuid.lower().startswith(low)]
-    return matches[0] if len(matches) == 1 else None
+    return (matches[0], matches[0] + suffix) if len(matches) == 1 else None
 
 
 def resolve_job_gpus(
@@ -81,11 +105,14 @@ def resolve_job_gpus(
     cvd = _tokens(cuda_visible_devices)
     uuid_tokens = [t for t in cvd if t.lower().startswith(("gpu-", "mig-"))]
     if uuid_tokens:
-        found = [(t, _by_uuid(t, gpus)) for t in uuid_tokens]
-        uuids = tuple(dict.fromkeys(u for _t, u in found if u))
+        by_uuid = [(t, _by_uuid(t, gpus)) for t in uuid_tokens]
+        uuids = tuple(dict.fromkeys(u[0] for _t, u in by_uuid if u))
         if uuids:
             return GpuResolution(
-                uuids, "CUDA_VISIBLE_DEVICES", tuple(t for t, u in found if u is None)
+                uuids,
+                "CUDA_VISIBLE_DEVICES",
+                tuple(t for t, u in by_uuid if u is None),
+                tuple(dict.fromkeys(u[1] for _t, u in by_uuid if u)),
             )
     for via, tokens in (
         ("SLURM_JOB_GPUS", _tokens(slurm_job_gpus)),

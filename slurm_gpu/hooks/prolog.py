@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from slurm_gpu.config import Settings
-from slurm_gpu.hooks.common import JobEnv, safe
+from slurm_gpu.hooks.common import JobEnv, job_still_running, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
 from slurm_gpu.spool import JobSpool, write_atomic, write_pidfile
 from slurm_gpu.spoolpaths import OWNERS_DIR, owner_file
@@ -25,32 +27,52 @@ from slurm_gpu.spoolpaths import OWNERS_DIR, owner_file
 log = logging.getLogger("slurm_gpu.hooks.prolog")
 
 
-def write_ownership(paths: JobSpool, env: JobEnv, uuids: Sequence[str]) -> None:
-    """Record which job holds which GPU: per GPU under ``owners/`` and per job in the job dir."""
+def write_ownership(
+    paths: JobSpool, env: JobEnv, uuids: Sequence[str], keys: Sequence[str] = ()
+) -> None:
+    """Record which job holds which GPU: per holding (``GpuResolution.owner_keys``: a GPU, or
+    one MIG slice of it) under ``owners/`` and per job in the job dir."""
+    keys = list(keys or uuids)
     body = json.dumps(
-        {"job_id": paths.job_id, "uid": env.uid, "gpus": list(uuids), "started_s": time.time()}
+        {
+            "job_id": paths.job_id,
+            "uid": env.uid,
+            "gpus": list(uuids),
+            "keys": keys,
+            "started_s": time.time(),
+        }
     ).encode()
     write_atomic(os.path.join(paths.job_dir, f"{paths.hostname}.owner.json"), body)
     owners = os.path.join(paths.spool_dir, OWNERS_DIR)
     os.makedirs(owners, mode=0o700, exist_ok=True)
-    for uuid in uuids:
-        write_atomic(owner_file(paths.spool_dir, uuid), body)
+    for key in keys:
+        write_atomic(owner_file(paths.spool_dir, key), body)
 
 
 def reap_stale_owners(
-    settings: Settings, spool_dir: str, hostname: str, job_id: str, uuids: Sequence[str]
+    settings: Settings,
+    spool_dir: str,
+    hostname: str,
+    job_id: str,
+    keys: Sequence[str],
+    *,
+    still_running: Callable[[str], bool] = job_still_running,
 ) -> list[str]:
-    """Stop and seal the samplers of other jobs that still claim one of ``uuids``.
+    """Stop and seal the samplers of other jobs that still claim one of ``keys`` (the
+    holdings of ``GpuResolution.owner_keys``: a whole GPU, or one MIG slice of it).
 
     gres GPUs are given to one job at a time, so a GPU allocated to ``job_id`` that another
     job's sampler still claims means that job ended without its epilog reaching the sampler
     (a configuration changed mid-job, an epilog killed). Left alone, such a sampler would run
-    and write forever. Returns one line per reaped job, for the log.
+    and write forever. Ownership compares the full identity, so two MIG slices of one GPU are
+    two holdings; and a job that ``still_running`` says runs (its slurmstepd is alive, or its
+    cgroup holds a process) is never reaped, whatever its claim. Returns one line per job,
+    for the log.
     """
     from slurm_gpu.hooks.epilog import stop_and_seal
 
     stale: set[str] = set()
-    for uuid in uuids:
+    for uuid in keys:
         try:
             with open(owner_file(spool_dir, uuid), "rb") as fh:
                 owner = str(json.load(fh)["job_id"])
@@ -61,8 +83,12 @@ def reap_stale_owners(
     done = []
     for old in sorted(stale, key=int):
         old_paths = JobSpool(spool_dir, old, hostname)
-        if os.path.isdir(old_paths.job_dir):
-            done.append(f"job {old}: {stop_and_seal(old_paths, settings)}")
+        if not os.path.isdir(old_paths.job_dir):
+            continue
+        if still_running(old):
+            done.append(f"job {old}: still running, left alone")
+            continue
+        done.append(f"job {old}: {stop_and_seal(old_paths, settings)}")
     return done
 
 
@@ -89,9 +115,41 @@ def sampler_environment() -> dict[str, str]:
     return env
 
 
-def start_sampler(cmd: list[str], log_file: str, nice: int) -> int:
+@dataclass(frozen=True, slots=True)
+class SamplerLimits:
+    """Resource limits the ``detach`` launcher puts on the sampler (systemd sites set theirs
+    in the unit). A sampler needs about 20 MB (13 MB of data, measured with virtual GPUs) and a
+    few dozen descriptors; the limits stop a bug, or a job that makes the sampler's work grow,
+    from taking the node with it."""
+
+    nice: int = 10
+    """Added to the sampler's nice value."""
+    data_max_bytes: int = 0
+    """``RLIMIT_DATA``: heap and private writable mappings, bytes (0: unlimited)."""
+    open_files_max: int = 0
+    """``RLIMIT_NOFILE`` (0: unchanged)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SamplerLimits:
+        h = settings.hooks
+        return cls(h.sampler_nice, h.sampler_memory_max_bytes, h.sampler_open_files_max)
+
+    def apply(self) -> None:
+        """Apply to the calling process (the sampler's child before exec)."""
+        if self.nice:
+            os.nice(self.nice)
+        if self.data_max_bytes:
+            resource.setrlimit(resource.RLIMIT_DATA, (self.data_max_bytes, self.data_max_bytes))
+        if self.open_files_max:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_max, self.open_files_max))
+
+
+def start_sampler(cmd: list[str], log_file: str, limits: SamplerLimits | int) -> int:
     """Start the sampler detached (new session, cwd /, stdio to /dev/null or the log, no other
-    descriptors, niced) and return its pid."""
+    descriptors, niced and limited by ``limits``; a bare int is a nice value alone) and
+    return its pid."""
+    if isinstance(limits, int):
+        limits = SamplerLimits(nice=limits)
     stderr = subprocess.DEVNULL
     log_fd = None
     if log_file:
@@ -99,9 +157,6 @@ def start_sampler(cmd: list[str], log_file: str, nice: int) -> int:
             log_fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
         except OSError:
             log_fd = None
-
-    def lower_priority() -> None:  # runs in the child before exec
-        os.nice(nice)
 
     try:
         proc = subprocess.Popen(
@@ -113,7 +168,7 @@ def start_sampler(cmd: list[str], log_file: str, nice: int) -> int:
             start_new_session=True,
             cwd="/",
             env=sampler_environment(),
-            preexec_fn=lower_priority if nice else None,
+            preexec_fn=limits.apply,  # runs in the child before exec
         )
     finally:
         if log_fd is not None:
@@ -174,15 +229,18 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
     paths.create_dir()
     if settings.hooks.reap_stale_samplers:
         for line in reap_stale_owners(
-            settings, settings.paths.spool_dir, hostname, env.job_id, resolution.uuids
+            settings, settings.paths.spool_dir, hostname, env.job_id, resolution.owner_keys
         ):
-            log.warning("GPU still claimed by an ended job; reaped its sampler: %s", line)
-    write_ownership(paths, env, resolution.uuids)
+            if line.endswith("left alone"):
+                log.warning("GPU claimed by another job that still runs: %s", line)
+            else:
+                log.warning("GPU still claimed by an ended job; reaped its sampler: %s", line)
+    write_ownership(paths, env, resolution.uuids, resolution.owner_keys)
     cmd = sampler_command(settings, env, resolution.uuids, hostname)
     what = f"{len(resolution.uuids)} GPU(s) {','.join(resolution.uuids)}"
     if settings.hooks.sampler_launcher == "systemd":
         start_sampler_systemd(cmd, env.job_id)
         return f"sampler unit slurm-gpu-sampler@{env.job_id} started for {what}"
-    pid = start_sampler(cmd, settings.paths.log_file, settings.hooks.sampler_nice)
+    pid = start_sampler(cmd, settings.paths.log_file, SamplerLimits.from_settings(settings))
     write_pidfile(paths.pid, pid)
     return f"sampler {pid} started for {what}"

@@ -27,7 +27,8 @@ the ``busy_s`` delta over the time since the previous reading; when no workload 
 (the state is older than ``STALE_AFTER_S``) the GPU is idle, draws its idle power and its energy
 counter keeps growing; processes whose pid has gone are dropped (and their memory freed, as the
 driver does). A GPU whose files vanished or are corrupt reads as ``available=False``; the
-others go on.
+others go on. Every file is read by ``read_bounded``: a link (to ``/dev/zero``, say), a FIFO,
+anything but a regular file, or a file over ``MAX_FILE_BYTES`` reads as a lost GPU.
 
 ``VirtualGpuDevice`` is the writer API used by the demo workloads.
 
@@ -43,6 +44,7 @@ import json
 import os
 import random
 import select
+import stat
 import time
 import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
@@ -157,9 +159,37 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+#: Largest virtual GPU file read, bytes (a state with a full sample ring is about 2 KB).
+MAX_FILE_BYTES = 64 * 1024
+
+
+def read_bounded(path: str | os.PathLike[str]) -> bytes:
+    """A virtual GPU file, read as the sampler (root) must read a file any user may replace:
+    a link is not followed, a FIFO does not block, anything but a regular file is refused,
+    and at most ``MAX_FILE_BYTES`` are read (a longer file is refused). Raises ``OSError``
+    or ``ValueError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{os.fspath(path)}: not a regular file")
+        chunks = []
+        total = 0
+        while total <= MAX_FILE_BYTES:
+            want = MAX_FILE_BYTES + 1 - total
+            chunk = os.read(fd, want)
+            chunks.append(chunk)
+            total += len(chunk)
+            if len(chunk) < want:
+                break  # a regular file reads short only at its end: no second read
+    finally:
+        os.close(fd)
+    if total > MAX_FILE_BYTES:
+        raise ValueError(f"{os.fspath(path)}: over {MAX_FILE_BYTES} bytes")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as fh:
-        data = json.load(fh)
+    data = json.loads(read_bounded(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a JSON object")
     return data
@@ -198,8 +228,7 @@ def _state_from_row(row: Any) -> dict[str, Any]:
 def read_state(path: Path) -> dict[str, Any]:
     """A ``state.json`` of either version, as the version 1 object (what the writer works
     on). Raises ``OSError`` or ``ValueError``."""
-    with open(path, "rb") as fh:
-        data = json.load(fh)
+    data = json.loads(read_bounded(path))
     if isinstance(data, dict):
         return data
     try:
@@ -530,15 +559,8 @@ class VirtualGpuDevice:
 def _read_json_fd(path: str) -> Any:
     """Parse a small JSON file read with one ``os.read`` (the sampler reads one per GPU per
     reading: no file object, no Path, and the C scanner called directly). Raises ``OSError``
-    or ``ValueError``."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = [os.read(fd, 65536)]
-        while len(chunks[-1]) == 65536:
-            chunks.append(os.read(fd, 65536))
-    finally:
-        os.close(fd)
-    text = (chunks[0] if len(chunks) == 1 else b"".join(chunks)).decode()
+    or ``ValueError``. Read through ``read_bounded``: no link followed, a bounded size."""
+    text = read_bounded(path).decode()
     if not text or text[0].isspace():
         return json.loads(text)  # not as written by this module: the full parser
     try:

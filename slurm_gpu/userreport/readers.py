@@ -191,12 +191,13 @@ class StoreAndSpoolReader:
         from slurm_gpu.errors import SpoolFormatError
 
         summaries = []
-        # The job directory is 0711: the user cannot list it, but can open their own
-        # <host>.live.json (0400, owned by them) when they know the host, which sacct told us.
+        # The live root is 0711: the user cannot list it, but can open their own job's
+        # <host>.json (root's, group their private group, 0440) when they know the host, which
+        # sacct told us. read_live reads at most LIVE_MAX_BYTES without following links.
         for host in job.nodelist:
             try:
                 path = spool.JobSpool(self._settings.paths.spool_dir, job.job_id, host).live
-                summaries.append(spool.read_live(path))
+                summaries.append(clean_live(spool.read_live(path)))
             except SpoolFormatError:
                 continue  # not on this host's file system, not written yet, or not ours
         if not summaries:
@@ -207,6 +208,25 @@ class StoreAndSpoolReader:
         """Release the store's connections, if this reader opened it."""
         if self._store is not None and self._owns_store:
             self._store.close()
+
+
+#: Longest string kept from a live summary (host names, GPU UUIDs and names), characters.
+LIVE_TEXT_MAX = 256
+
+
+def clean_live(value: Any) -> Any:
+    """A live summary with every string cleaned where it enters (``textsafe``): the file is
+    written by root, but a summary left by an older release was the user's own to edit, and
+    its host and GPU names reach an admin's terminal."""
+    from slurm_gpu.textsafe import clean_user_text
+
+    if isinstance(value, str):
+        return clean_user_text(value, LIVE_TEXT_MAX)
+    if isinstance(value, dict):
+        return {clean_user_text(str(k), LIVE_TEXT_MAX): clean_live(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_live(v) for v in value]
+    return value
 
 
 def make_reader(settings: Settings) -> StoreAndSpoolReader:

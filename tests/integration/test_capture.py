@@ -88,12 +88,13 @@ def test_gpu_job_is_sealed_with_its_gpus_and_cpu_time(job_dir: Path) -> None:
     assert host.cpu_time_s is not None and 2.7 <= host.cpu_time_s <= 6.0
     assert host.rss_max_bytes is not None and host.rss_max_bytes > 1_000_000
     assert host.cpu_cores_busy.n > 0
-    # Who may read what: the job dir is traversable, its files are root's alone.
-    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o711
+    # Who may read what: the spool and its files are root's alone; the live summary (checked
+    # while a job runs, in test_gpueff_cluster) is removed by the epilog.
+    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(paths.record).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(paths.jsonl).st_mode) == 0o600
-    live = os.stat(paths.live)
-    assert stat.S_IMODE(live.st_mode) == 0o400 and live.st_uid == record.uid
+    assert not os.path.exists(paths.live)
     assert slurmtools.node_state() not in ("drained", "draining", "drain")
 
 

@@ -4,7 +4,10 @@ then reported as their owner and as another ordinary user."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -13,6 +16,9 @@ from pathlib import Path
 
 import pytest
 import slurmtools
+
+from slurm_gpu.config import load_settings
+from slurm_gpu.spool import JobSpool
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "share" / "demo"
@@ -204,6 +210,11 @@ def test_running_job_shows_live_numbers() -> None:
             time.sleep(1)
         assert "LIVE: the job is still running, numbers so far" in out, out
         assert "% busy" in out
+        # The live summary is root's, readable through sgtest1's private group, 0440.
+        spool_dir = load_settings(str(slurmtools.slurm_gpu_config_path())).paths.spool_dir
+        live = os.stat(JobSpool(spool_dir, job_id, slurmtools.node_name()).live)
+        assert live.st_uid == 0 and live.st_gid == pwd.getpwnam("sgtest1").pw_gid
+        assert stat.S_IMODE(live.st_mode) == 0o440
     finally:
         slurmtools.run_as(None, ["scancel", job_id], check=False)
 

@@ -114,7 +114,7 @@ def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
         ],
         "host": None,
     }
-    spool.write_live(paths.live, summary, uid=os.getuid())
+    spool.write_live(paths, summary, None)
     report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
     assert report.telemetry.value == "live" and report.live_updated_s == 61.0
     (g,) = report.gpus

@@ -81,7 +81,7 @@ def wait_for(path: str, timeout_s: float = 20.0) -> None:
 def test_prolog_then_epilog_seals_a_complete_record(site: dict[str, object]) -> None:
     run_hook(site, "prolog", "101", SLURM_JOB_GPUS="1,3", CUDA_VISIBLE_DEVICES="1,3")
     paths = paths_of(site, "101")
-    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o711
+    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o700
     found = read_pidfile(paths.pid)
     assert found is not None
     pid = found[0]

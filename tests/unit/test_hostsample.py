@@ -178,7 +178,7 @@ def _sample_until_done(sampler: ProcHostSampler, procs: list[subprocess.Popen[by
 
 def test_proc_counts_job_processes_cpu_and_stays_monotonic(tmp_path: Path) -> None:
     job = str(uuid.uuid4().int % 10**9 + 10**9)
-    sampler = ProcHostSampler(job)
+    sampler = ProcHostSampler(job, os.getuid())
     assert sampler.sample().process_count == 0
     before = _children_cpu()
     other = _spawn(tmp_path, "1", "0.3")  # another job: must not count
@@ -222,7 +222,7 @@ def test_proc_keeps_job_files_open_until_close_and_notices_exits(tmp_path: Path)
         env={**os.environ, "SLURM_JOB_ID": job},
     )
     try:
-        sampler = ProcHostSampler(job)
+        sampler = ProcHostSampler(job, os.getuid())
         time.sleep(0.3)
         assert sampler.sample().process_count == 2
         # stat and io of both processes and /proc/loadavg stay open between readings.
@@ -258,7 +258,7 @@ def test_proc_lists_only_when_a_pid_was_allocated(tmp_path: Path) -> None:
     put(tmp_path, "loadavg", "0.10 0.20 0.30 1/100 4000\n")
     _fake_pid(tmp_path, 4000, "77", utime=100)
     _fake_pid(tmp_path, 3000, None, utime=5)
-    sampler = ProcHostSampler("77", proc_root=str(tmp_path))
+    sampler = ProcHostSampler("77", os.getuid(), proc_root=str(tmp_path))
     first = sampler.sample()
     assert first.process_count == 1 and sampler.full_scans == 1
     # The other process gets its second look, which needs a listing.
@@ -285,7 +285,7 @@ def test_proc_lists_only_when_a_pid_was_allocated(tmp_path: Path) -> None:
 
 def test_proc_without_loadavg_lists_every_time(tmp_path: Path) -> None:
     _fake_pid(tmp_path, 4000, "77", utime=100)
-    sampler = ProcHostSampler("77", proc_root=str(tmp_path))
+    sampler = ProcHostSampler("77", os.getuid(), proc_root=str(tmp_path))
     for _ in range(3):
         assert sampler.sample().process_count == 1
     assert sampler.full_scans == 3

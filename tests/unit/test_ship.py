@@ -20,7 +20,7 @@ def seal(spool: Path, job_id: str, host: str = "n1", running: bool = False) -> J
     paths = JobSpool(str(spool), job_id, host)
     paths.create_dir()
     write_record(paths.record, make_record())
-    for path in (paths.jsonl, paths.state, paths.live):
+    for path in (paths.jsonl, paths.state):
         Path(path).write_text("{}\n")
     if running:
         Path(paths.pid).write_text("123\n")

@@ -398,12 +398,15 @@ def test_list_sealed(tmp_path: Path) -> None:
 
 
 def test_job_dir_mode(tmp_path: Path) -> None:
-    """A prolog creating the spool on a fresh node leaves it traversable (0711), not 0700:
-    otherwise a job's owner could not reach their own live.json for gpueff."""
+    """The spool root and job directories are root's alone (0700); a root left 0711 by an
+    earlier release is tightened. Users read their live summary from the live directory."""
+    (tmp_path / "spool").mkdir(mode=0o711)
+    os.chmod(tmp_path / "spool", 0o711)
     paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
     paths.create_dir()
-    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o711
-    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o711
+    assert stat.S_IMODE(os.stat(paths.job_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(paths.spool_dir).st_mode) == 0o700
+    assert paths.live == str(tmp_path / "spool-live" / "42" / "n1.json")
 
 
 @pytest.mark.parametrize("job_id", ["../1", "1/2", "", "12a", "1 2"])
@@ -427,16 +430,19 @@ def test_state_roundtrip(tmp_path: Path) -> None:
         read_state(str(path))
 
 
-def test_live_summary_owned_by_job_user_read_only(tmp_path: Path) -> None:
-    path = tmp_path / "n1.live.json"
-    write_live(str(path), {"gpus": []}, uid=4321)
-    st = path.stat()
-    assert stat.S_IMODE(st.st_mode) == 0o400
-    if os.geteuid() == 0:
-        assert st.st_uid == 4321
-    # Rewriting a 0400 file works (rename, not open for writing).
-    write_live(str(path), {"gpus": [1]}, uid=4321)
-    assert read_live(str(path))["gpus"] == [1]
+def test_live_summary_is_the_writers_and_readable_by_the_group_given(tmp_path: Path) -> None:
+    paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
+    write_live(paths, {"gpus": []}, None)
+    st = os.stat(paths.live)
+    assert stat.S_IMODE(st.st_mode) == 0o400 and st.st_uid == os.geteuid()
+    assert stat.S_IMODE(os.stat(paths.live_job_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "spool-live").st_mode) == 0o711
+    # Rewriting a read-only file works (rename, not open for writing).
+    write_live(paths, {"gpus": [1]}, os.getegid())
+    st = os.stat(paths.live)
+    assert stat.S_IMODE(st.st_mode) == 0o440 and st.st_gid == os.getegid()
+    assert stat.S_IMODE(os.stat(paths.live_job_dir).st_mode) == 0o750
+    assert read_live(paths.live)["gpus"] == [1]
 
 
 def test_pidfile_roundtrip(tmp_path: Path) -> None:
