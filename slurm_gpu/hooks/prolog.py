@@ -96,7 +96,8 @@ def sampler_command(
     settings: Settings, env: JobEnv, uuids: Sequence[str], hostname: str
 ) -> list[str]:
     """The sampler's argv, with the absolute interpreter that runs this hook."""
-    cmd = [sys.executable, "-m", "slurm_gpu.sampler", "--job-id", str(env.job_id)]
+    # -I: the sampler runs as root; nothing from the caller's cwd or environment may steer it.
+    cmd = [sys.executable, "-I", "-m", "slurm_gpu.sampler", "--job-id", str(env.job_id)]
     cmd += ["--gpus", ",".join(uuids), "--hostname", hostname]
     if env.uid is not None:
         cmd += ["--uid", str(env.uid)]
