@@ -7,7 +7,6 @@ injected by the CLI, so the checks are testable with fakes at the seams.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import stat
@@ -16,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
@@ -48,11 +46,6 @@ MIN_SPOOL_FREE_BYTES = 100 * 1024 * 1024
 
 #: The spool root's mode: root's alone, not even traversable by others.
 SPOOL_ROOT_MODE = 0o700
-
-#: Words in the name of a [hooks] or [sampler] key that bounds the sampler (a memory or CPU
-#: limit); a positive value of one of them counts as "limits configured".
-LIMIT_WORDS = ("limit", "max", "quota")
-
 
 def check_telemetry(open_source: Callable[[], TelemetrySource]) -> Check:
     """The GPUs the configured source sees, and whether each answers one reading."""
@@ -308,37 +301,33 @@ def check_backend(
     return Check("backend", Status.WARN, detail, 'on a real cluster set telemetry.backend = "nvml"')
 
 
-def sampler_limits(settings: Settings) -> dict[str, Any]:
-    """The configured limits of the sampler: [hooks] and [sampler] keys whose name holds one
-    of ``LIMIT_WORDS`` and whose value is positive."""
-    found: dict[str, Any] = {}
-    for section in ("hooks", "sampler"):
-        values = getattr(settings, section, None)
-        if values is None or not dataclasses.is_dataclass(values):
-            continue
-        for f in dataclasses.fields(values):
-            value = getattr(values, f.name)
-            if not any(word in f.name for word in LIMIT_WORDS):
-                continue
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                found[f"{section}.{f.name}"] = value
-    return found
+def sampler_limits(settings: Settings) -> dict[str, int]:
+    """The resource limits the ``detach`` launcher applies to the sampler (``[hooks]``
+    ``sampler_memory_max_bytes``, bytes, and ``sampler_open_files_max``), those set (> 0)."""
+    hooks = settings.hooks
+    found = {
+        "hooks.sampler_memory_max_bytes": hooks.sampler_memory_max_bytes,
+        "hooks.sampler_open_files_max": hooks.sampler_open_files_max,
+    }
+    return {k: v for k, v in found.items() if v > 0}
 
 
 def check_launcher(settings: Settings) -> Check:
-    """A detached sampler runs as root with whatever limits are configured; without any, a
+    """A detached sampler runs as root with the configured limits; without a memory limit, a
     bug or a hostile job's /proc could make it take the node's memory."""
     launcher = settings.hooks.sampler_launcher
     limits = sampler_limits(settings)
-    if launcher == "detach" and not limits:
+    if launcher == "detach" and "hooks.sampler_memory_max_bytes" not in limits:
         return Check(
             "launcher",
             Status.WARN,
-            "the sampler is started detached with no memory or CPU limit",
-            'configure the sampler\'s limits, or use sampler_launcher = "systemd" with '
-            "share/systemd/slurm-gpu-sampler@.service",
+            "the sampler is started detached with no memory limit",
+            "set hooks.sampler_memory_max_bytes (default 256 MiB), or use sampler_launcher = "
+            '"systemd" with share/systemd/slurm-gpu-sampler@.service',
         )
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(limits.items())) or "the unit's limits"
+    if launcher == "systemd":
+        return Check("launcher", Status.OK, "systemd: the unit's MemoryMax, CPUQuota, TasksMax")
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(limits.items()))
     return Check("launcher", Status.OK, f"{launcher}: {shown}")
 
 

@@ -203,15 +203,18 @@ def test_mail_program_is_the_slurm_gpu_wrapper() -> None:
     line = next(ln for ln in conf.splitlines() if ln.startswith("MailProg"))
     prog = line.split("=", 1)[1].strip()
     assert prog == str(slurmtools.tc_root() / "hooks" / "slurm-gpu-mailprog")
-    # SlurmUser runs it: it must run the interpreter, read the store and write the mail state.
+    # SlurmUser runs it: it must run the interpreter, read the store and write the mail state
+    # ([mail] state_dir), and must not write the collector's state directory (root's alone).
     state = slurmtools.tc_root() / "state"
     for argv in (
         [str(slurmtools.venv_python()), "-c", "import slurm_gpu"],
         ["test", "-r", str(state / "slurm-gpu.db")],
-        ["test", "-w", str(state)],
+        ["test", "-w", str(slurmtools.tc_root() / "mailstate")],
     ):
         probe = slurmtools.run_as("slurm", argv, cwd="/", check=False)
         assert probe.returncode == 0, (argv, probe.stderr)
+    cannot = slurmtools.run_as("slurm", ["test", "-w", str(state)], cwd="/", check=False)
+    assert cannot.returncode != 0
 
 
 def test_end_mail_is_one_enriched_message(sink: Sink) -> None:

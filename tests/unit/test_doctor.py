@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -235,24 +234,22 @@ def test_doctor_flags_the_virtual_backend_outside_a_test_setup(tmp_path: Path) -
 
 
 def test_doctor_flags_a_sampler_launched_without_limits() -> None:
-    result = doctor.check_launcher(_settings(hooks={"sampler_launcher": "detach"}))
+    unlimited = {"sampler_launcher": "detach", "sampler_memory_max_bytes": 0}
+    result = doctor.check_launcher(_settings(hooks=unlimited))
     assert result.status is doctor.Status.WARN and "limit" in result.detail
-    unit = doctor.check_launcher(_settings(hooks={"sampler_launcher": "systemd"}))
+    unit = doctor.check_launcher(_settings(hooks={**unlimited, "sampler_launcher": "systemd"}))
     assert unit.status is doctor.Status.OK
 
 
 def test_doctor_counts_configured_sampler_limits() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class Sampler:
-        memory_max_bytes: int = 268435456
-        cpu_quota_pct: float = 0.0
-
-    limited = cast(
-        Settings,
-        SimpleNamespace(hooks=_settings().hooks, sampler=Sampler()),
-    )
-    assert doctor.sampler_limits(limited) == {"sampler.memory_max_bytes": 268435456}
+    limited = _settings(hooks={"sampler_launcher": "detach"})
+    assert doctor.sampler_limits(limited) == {
+        "hooks.sampler_memory_max_bytes": 268435456,
+        "hooks.sampler_open_files_max": 4096,
+    }
     assert doctor.check_launcher(limited).status is doctor.Status.OK
+    no_files = _settings(hooks={"sampler_open_files_max": 0})
+    assert doctor.sampler_limits(no_files) == {"hooks.sampler_memory_max_bytes": 268435456}
 
 
 def test_doctor_flags_a_spool_root_that_is_not_0700(tmp_path: Path) -> None:
