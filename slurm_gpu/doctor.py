@@ -47,6 +47,7 @@ MIN_SPOOL_FREE_BYTES = 100 * 1024 * 1024
 #: The spool root's mode: root's alone, not even traversable by others.
 SPOOL_ROOT_MODE = 0o700
 
+
 def check_telemetry(open_source: Callable[[], TelemetrySource]) -> Check:
     """The GPUs the configured source sees, and whether each answers one reading."""
     try:

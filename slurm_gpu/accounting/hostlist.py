@@ -3,6 +3,10 @@
 Zero padding is kept (``[01-03]`` gives ``01``); several bracket groups in one name expand as a
 product (``r[1-2]n[1-2]`` gives four names). Slurm's "no node" spellings (``None assigned``,
 ``(null)``, the empty string) expand to nothing.
+
+Expansion is bounded: the number of names a list would give is counted from the ranges before
+any name is built, so ``n[0-9999][0-9999]`` (10^8 names) is refused in microseconds instead of
+exhausting memory.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ import itertools
 from slurm_gpu.errors import AccountingError
 
 _EMPTY = frozenset({"", "None assigned", "(null)", "None", "Unknown"})
-#: A list naming more hosts than this is refused: a typo such as ``n[1-99999999]`` must not
-#: exhaust memory.
-MAX_HOSTS = 1_000_000
+#: A host list naming more hosts than this is refused (``AccountingError``). The largest Slurm
+#: clusters have some tens of thousands of nodes; a list beyond this is a typo or an attack and
+#: must not exhaust the collector's memory.
+MAX_HOSTS = 65_536
+#: An array-task range body expanding to more task ids than this is refused.
+MAX_ARRAY_TASKS = 1_000_000
 
 
 def expand_hostlist(expr: str) -> tuple[str, ...]:
@@ -27,10 +34,24 @@ def expand_hostlist(expr: str) -> tuple[str, ...]:
         return ()
     out: list[str] = []
     for item in _split_top_level(expr):
-        out.extend(_expand_one(item, expr))
-        if len(out) > MAX_HOSTS:
-            raise AccountingError(f"host list {expr!r} names more than {MAX_HOSTS} hosts")
+        parts = _parse_one(item, expr)
+        count = 1
+        for part in parts:
+            count *= len(part)
+            if len(out) + count > MAX_HOSTS:
+                raise AccountingError(f"host list {_shown(expr)} names more than {MAX_HOSTS} hosts")
+        out.extend("".join(combo) for combo in itertools.product(*parts))
     return tuple(out)
+
+
+def _shown(expr: str) -> str:
+    """``expr`` for an error message: quoted, at most 80 characters."""
+    return repr(expr if len(expr) <= 80 else expr[:77] + "...")
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``²``, which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _split_top_level(expr: str) -> list[str]:
@@ -42,22 +63,23 @@ def _split_top_level(expr: str) -> list[str]:
         if ch == "[":
             depth += 1
             if depth > 1:
-                raise AccountingError(f"nested brackets in host list {expr!r}")
+                raise AccountingError(f"nested brackets in host list {_shown(expr)}")
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise AccountingError(f"unbalanced ']' in host list {expr!r}")
+                raise AccountingError(f"unbalanced ']' in host list {_shown(expr)}")
         elif ch == "," and depth == 0:
             items.append(expr[start:i])
             start = i + 1
     if depth != 0:
-        raise AccountingError(f"unbalanced '[' in host list {expr!r}")
+        raise AccountingError(f"unbalanced '[' in host list {_shown(expr)}")
     items.append(expr[start:])
     return [item.strip() for item in items if item.strip()]
 
 
-def _expand_one(item: str, whole: str) -> list[str]:
-    """Expand one name that may hold several ``[...]`` groups."""
+def _parse_one(item: str, whole: str) -> list[list[str]]:
+    """The pieces of one name that may hold several ``[...]`` groups: its names are the
+    product of the pieces, which the caller counts before it builds them."""
     parts: list[list[str]] = []
     pos = 0
     while pos < len(item):
@@ -70,24 +92,26 @@ def _expand_one(item: str, whole: str) -> list[str]:
             parts.append([item[pos:open_at]])
         parts.append(_expand_ranges(item[open_at + 1 : close_at], whole))
         pos = close_at + 1
-    return ["".join(combo) for combo in itertools.product(*parts)]
+    return parts
 
 
 def _expand_ranges(body: str, whole: str) -> list[str]:
     values: list[str] = []
     for rng in body.split(","):
+        if len(values) > MAX_HOSTS:
+            raise AccountingError(f"host list {_shown(whole)} names more than {MAX_HOSTS} hosts")
         rng = rng.strip()
         lo, sep, hi = rng.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise AccountingError(f"bad range {rng!r} in host list {whole!r}")
+        if not _digits(lo) or (sep and not _digits(hi)):
+            raise AccountingError(f"bad range {rng[:40]!r} in host list {_shown(whole)}")
         if not sep:
             values.append(lo)
             continue
         start, end = int(lo), int(hi)
         if end < start:
-            raise AccountingError(f"descending range {rng!r} in host list {whole!r}")
-        if end - start > MAX_HOSTS:
-            raise AccountingError(f"host list {whole!r} names more than {MAX_HOSTS} hosts")
+            raise AccountingError(f"descending range {rng[:40]!r} in host list {_shown(whole)}")
+        if len(values) + end - start >= MAX_HOSTS:
+            raise AccountingError(f"host list {_shown(whole)} names more than {MAX_HOSTS} hosts")
         width = len(lo) if lo.startswith("0") else 0
         values.extend(str(n).zfill(width) for n in range(start, end + 1))
     return values
@@ -107,17 +131,13 @@ def expand_id_ranges(body: str) -> list[int]:
             continue
         rng, _, step_text = rng.partition(":")
         lo, sep, hi = rng.partition("-")
-        if (
-            not lo.isdigit()
-            or (sep and not hi.isdigit())
-            or (step_text and not step_text.isdigit())
-        ):
+        if not _digits(lo) or (sep and not _digits(hi)) or (step_text and not _digits(step_text)):
             raise AccountingError(f"bad array range {rng!r}")
         step = int(step_text) if step_text else 1
         if step < 1:
             raise AccountingError(f"bad array step in {rng!r}")
         end = int(hi) if sep else int(lo)
-        if end - int(lo) > MAX_HOSTS:
-            raise AccountingError(f"array range {rng!r} is too large")
+        if len(out) + (end - int(lo)) // step >= MAX_ARRAY_TASKS:
+            raise AccountingError(f"array range {rng[:40]!r} is too large")
         out.extend(range(int(lo), end + 1, step))
     return out

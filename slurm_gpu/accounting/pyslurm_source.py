@@ -17,8 +17,10 @@ from typing import Any
 from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.jobids import JobId, parse_job_id
 from slurm_gpu.accounting.tres import parse_tres
+from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN, WORK_DIR_MAX_LEN
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord, Tres
+from slurm_gpu.textsafe import clean_optional, clean_user_text
 
 _NO_VAL = {0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
 
@@ -76,8 +78,8 @@ class PyslurmSource:
         for i in range(0, len(bases), self.batch_size):
             db_filter = self.pyslurm.db.JobFilter(ids=bases[i : i + self.batch_size])
             for job in self._load(db_filter):
-                record = self._to_record(job)
-                if any(_matches(record, w) for w in wanted):
+                record = self._record_or_none(job)
+                if record is not None and any(_matches(record, w) for w in wanted):
                     out[record.job_id] = record
         return out
 
@@ -89,7 +91,7 @@ class PyslurmSource:
         if users:
             kwargs["users"] = list(users)
         db_filter = self.pyslurm.db.JobFilter(**kwargs)
-        records = [self._to_record(job) for job in self._load(db_filter)]
+        records = [r for r in map(self._record_or_none, self._load(db_filter)) if r is not None]
         return sorted(records, key=lambda j: (j.submit_s or 0.0, int(j.job_id)))
 
     def _load(self, db_filter: Any) -> list[Any]:
@@ -104,6 +106,14 @@ class PyslurmSource:
         # 25.11 returns a MultiClusterMap (dict-like); older releases a list.
         values = jobs.values() if hasattr(jobs, "values") else jobs
         return list(values)
+
+    def _record_or_none(self, job: Any) -> JobRecord | None:
+        """``_to_record``, or ``None`` for a job whose record cannot be read (e.g. a node list
+        naming more than ``hostlist.MAX_HOSTS`` hosts): one job, never the whole batch."""
+        try:
+            return self._to_record(job)
+        except (AccountingError, ValueError, TypeError, OverflowError):
+            return None
 
     def _to_record(self, job: Any) -> JobRecord:
         array_id = _int(getattr(job, "array_id", None))
@@ -153,8 +163,8 @@ class PyslurmSource:
             account=job.account or None,
             partition=job.partition or None,
             qos=job.qos or None,
-            job_name=job.name or "",
-            work_dir=job.working_directory or None,
+            job_name=clean_user_text(job.name or "", JOB_NAME_MAX_LEN),
+            work_dir=clean_optional(job.working_directory or None, WORK_DIR_MAX_LEN),
             nodelist=expand_hostlist(nodelist),
             state=state,
             cancelled_by_uid=self.uid_of(cancelled_by)
@@ -175,7 +185,7 @@ class PyslurmSource:
             start_s=_epoch(job.start_time),
             end_s=_epoch(job.end_time),
             restarts=_int(getattr(job, "requeue_count", None)) or 0,
-            comment=job.comment or None,
+            comment=clean_optional(job.comment or None, COMMENT_MAX_LEN),
             admin_comment=job.admin_comment or None,
             mail_user=None,
             mail_type=None,

@@ -1,16 +1,24 @@
 """``SacctSource``: job metadata from the ``sacct`` command (every Slurm version).
 
-Record framing. ``sacct --parsable2`` has no quoting: a ``|`` or a newline inside a job name,
-a comment or a working directory would break a naive ``split("\\n")`` / ``split("|")``. So we
+Two queries per batch, because ``sacct --parsable2`` has no quoting and some fields hold text
+that the job's owner chose (the job name, the comment, the working directory, which Slurm
+accepts with any byte but NUL, newlines and the delimiter included):
 
-* use a multi-character delimiter made of ASCII unit separators around a pipe (``DELIM``),
-  which no real job name contains;
-* ask for ``JobIDRaw`` both first and last: a record is ``<id> DELIM … DELIM <id> \\n``, and we
-  find its end by searching for ``DELIM <the same id> \\n``. A newline inside any field is then
-  harmless, and a record whose two ids disagree cannot be mistaken for a good one;
-* if a record still has more fields than asked (a name that contains ``DELIM`` itself), the
-  surplus is given back to ``JobName``; a record with too few fields is counted in
-  ``ParseResult.skipped`` instead of raising.
+* the **accounting query** (``FIELDS``) asks only for fields that no user can type: ids, state,
+  exit codes, user and uid, account, partition, QOS, CPUs, nodes, TRES, memory, times, the
+  node list and AdminComment (which only an administrator or SlurmUser can set). Nothing a
+  user wrote can appear in its output, so its framing cannot be forged. A record is
+  ``<id> DELIM … DELIM <id> \\n`` (``JobIDRaw`` first and last) and must have exactly the
+  fields asked for; anything else is skipped and counted, never read into another field.
+* the **text query** (``TEXT_FIELDS``, ``--allocations``) asks for the user-written strings of
+  the same jobs, framed with a delimiter drawn at random for that query (so that a name cannot
+  hold it), and is accepted only when it matches the accounting query exactly: the same job
+  ids in the same order, and exactly four delimiters per record (``verify_text``). Otherwise
+  the strings of that batch are dropped (empty name, no comment or directory), never the
+  accounting fields; one retry of both queries covers a job that changed between them.
+
+Every string from the text query is cleaned where it enters (``slurm_gpu.textsafe``): control
+characters and bidi overrides replaced, length bounded.
 
 Times come as epoch seconds (``SLURM_TIME_FORMAT=%s``); durations and limits come raw
 (``ElapsedRaw``, ``TimelimitRaw``) with the formatted fields as a fallback.
@@ -18,6 +26,7 @@ Times come as epoch seconds (``SLURM_TIME_FORMAT=%s``); durations and limits com
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,12 +35,16 @@ from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.jobids import parse_job_id
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.accounting.tres import mem_bytes, parse_mem, parse_tres
+from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN, WORK_DIR_MAX_LEN
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord
+from slurm_gpu.textsafe import clean_user_text
 
+#: Delimiter of the accounting query (which holds no user text).
 DELIM = "\x1f|\x1f"
 
-#: Fields asked of sacct, in order. ``JobIDRaw`` is repeated last as the record terminator.
+#: Fields of the accounting query, in order. None of them holds text a job's owner chose.
+#: ``JobIDRaw`` is repeated last as the record terminator.
 FIELDS: tuple[str, ...] = (
     "JobIDRaw",
     "JobID",
@@ -58,13 +71,12 @@ FIELDS: tuple[str, ...] = (
     "Start",
     "End",
     "NodeList",
-    "JobName",
-    "Comment",
     "AdminComment",
-    "WorkDir",
     "JobIDRaw",
 )
-_NAME_INDEX = FIELDS.index("JobName")
+
+#: Fields of the text query: the strings a job's owner chose, between ``JobIDRaw`` twice.
+TEXT_FIELDS: tuple[str, ...] = ("JobIDRaw", "JobName", "Comment", "WorkDir", "JobIDRaw")
 
 #: Fields a caller may leave out (``SacctSource(omit=...)``); the record then says ``None`` for
 #: them. ``QOS`` costs sacct one more table request to slurmdbd (about 90 ms on the test
@@ -80,46 +92,74 @@ def fields_without(omit: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(f for f in FIELDS if f not in set(omit))
 
 
+def text_delimiter() -> str:
+    """A delimiter for one text query: 16 random hex digits between unit separators. A job
+    name written before the query cannot contain it (2^64 guesses)."""
+    return "\x1f" + os.urandom(8).hex() + "\x1f"
+
+
 _RAW_ID_RE = re.compile(r"^\d+(?:\.[A-Za-z0-9_+\-]+)?$")
 _UNKNOWN = frozenset({"", "Unknown", "None", "(null)", "N/A"})
 
 
 @dataclass(frozen=True, slots=True)
+class UserText:
+    """The strings a job's owner chose, as the text query gave them (not yet cleaned)."""
+
+    job_name: str
+    comment: str
+    work_dir: str
+
+
+@dataclass(frozen=True, slots=True)
 class ParseResult:
-    """Records parsed from one sacct output, keyed by raw job id, and how many records had to
-    be skipped as malformed."""
+    """Records parsed from one accounting query, keyed by raw job id.
+
+    ``skipped``: records that had to be skipped (malformed, or refused: see ``rejected``).
+    ``rejected``: raw job id -> why that job's record was refused (e.g. a node list naming
+    more than ``hostlist.MAX_HOSTS`` hosts); the other jobs of the batch are unaffected.
+    ``text_verified``: whether the user strings were attached (the text query matched).
+    """
 
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     skipped: int = 0
+    rejected: dict[str, str] = field(default_factory=dict)
+    text_verified: bool = False
 
 
 # --------------------------------------------------------------------------- framing
 
 
-def split_records(text: str, fields: Sequence[str] = FIELDS) -> tuple[list[list[str]], int]:
-    """Split sacct output into records of ``len(fields)`` fields each (the fields asked for).
+def split_records(
+    text: str, fields: Sequence[str] = FIELDS, delimiter: str = DELIM
+) -> tuple[list[list[str]], int]:
+    """Split sacct output into records of exactly ``len(fields)`` fields each.
 
-    Returns ``(records, skipped)``. Never raises.
+    A record is ``<id> delimiter … delimiter <id> \\n``: its end is the first
+    ``delimiter <the same id> \\n`` after its start, so a newline inside a field is harmless. A
+    record with more or fewer fields than asked is skipped, never re-fitted. Returns
+    ``(records, skipped)``. Never raises.
     """
     records: list[list[str]] = []
     skipped = 0
     pos = 0
     n = len(text)
-    dlen = len(DELIM)
+    dlen = len(delimiter)
+    want = len(fields)
     while pos < n:
         if text[pos] == "\n":
             pos += 1
             continue
-        first_end = text.find(DELIM, pos)
+        first_end = text.find(delimiter, pos)
         raw_id = text[pos:first_end] if first_end >= 0 else ""
         if first_end < 0 or not _RAW_ID_RE.match(raw_id):
             skipped += 1
             pos = _next_line(text, pos)
             continue
-        terminator = DELIM + raw_id + "\n"
+        terminator = delimiter + raw_id + "\n"
         end = text.find(terminator, first_end)
         if end < 0:
-            tail = DELIM + raw_id
+            tail = delimiter + raw_id
             if text.endswith(tail) and len(text) - len(tail) >= first_end:
                 end = len(text) - len(tail)
                 next_pos = n
@@ -130,12 +170,11 @@ def split_records(text: str, fields: Sequence[str] = FIELDS) -> tuple[list[list[
         else:
             next_pos = end + len(terminator)
         body = text[first_end + dlen : end] if end > first_end else ""
-        pieces = [raw_id, *body.split(DELIM), raw_id] if end > first_end else [raw_id, raw_id]
-        fitted = _fit(pieces, len(fields), fields.index("JobName"))
-        if fitted is None:
-            skipped += 1
+        pieces = [raw_id, *body.split(delimiter), raw_id] if end > first_end else [raw_id, raw_id]
+        if len(pieces) == want:
+            records.append(pieces)
         else:
-            records.append(fitted)
+            skipped += 1
         pos = next_pos
     return records, skipped
 
@@ -145,18 +184,34 @@ def _next_line(text: str, pos: int) -> int:
     return len(text) if nl < 0 else nl + 1
 
 
-def _fit(
-    fields: list[str], want: int = len(FIELDS), name_at: int = _NAME_INDEX
-) -> list[str] | None:
-    """Give surplus pieces back to JobName (at ``name_at``); ``None`` when there are fewer
-    than ``want`` fields."""
-    if len(fields) == want:
-        return fields
-    if len(fields) < want:
+def verify_text(text: str, job_ids: Sequence[str], delimiter: str) -> dict[str, UserText] | None:
+    """The user strings of the text query, keyed by raw job id, or ``None`` when the output
+    does not match ``job_ids`` (the job-level raw ids of the accounting query, in its order,
+    a requeued job once per run).
+
+    The output must be exactly ``id D name D comment D workdir D id \\n`` for each id in turn:
+    split on ``delimiter`` it has 4 pieces per record plus one, and every piece between two
+    records is ``<id>\\n<next id>``. A delimiter inside a field adds a piece and fails the
+    check, so no field can move a boundary into another job's record. With several runs of a
+    job the last one wins, as in the accounting query.
+    """
+    if not job_ids:
+        return {}
+    pieces = text.split(delimiter)
+    count = len(job_ids)
+    if len(pieces) != 4 * count + 1 or pieces[0] != job_ids[0]:
         return None
-    extra = len(fields) - want
-    name = DELIM.join(fields[name_at : name_at + extra + 1])
-    return [*fields[:name_at], name, *fields[name_at + extra + 1 :]]
+    out: dict[str, UserText] = {}
+    for i, job_id in enumerate(job_ids):
+        junction = pieces[4 * i + 4]
+        if i + 1 < count:
+            if junction != f"{job_id}\n{job_ids[i + 1]}":
+                return None
+        elif junction not in (job_id, job_id + "\n"):
+            return None
+        name, comment, work_dir = pieces[4 * i + 1 : 4 * i + 4]
+        out[job_id] = UserText(job_name=name, comment=comment, work_dir=work_dir)
+    return out
 
 
 # --------------------------------------------------------------------------- field parsing
@@ -276,18 +331,31 @@ class _Run:
     steps: list[dict[str, str]] = field(default_factory=list)
 
 
-def parse_sacct_output(stdout: bytes | str, fields: Sequence[str] = FIELDS) -> ParseResult:
-    """Parse the output of ``sacct`` run with ``build_argv`` (asking for ``fields``) into
-    ``JobRecord``s.
+def _decode(data: bytes | str) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def parse_sacct_output(
+    stdout: bytes | str,
+    fields: Sequence[str] = FIELDS,
+    *,
+    text: bytes | str | None = None,
+    text_delimiter: str = DELIM,
+) -> ParseResult:
+    """Parse the accounting query (run with ``build_argv`` asking for ``fields``) into
+    ``JobRecord``s, with the user strings of ``text`` (the text query, framed with
+    ``text_delimiter``) when it passes ``verify_text``; without it, or when it does not pass,
+    every job has an empty name and no comment or working directory.
 
     Steps fold into their job: MaxRSS is the largest over the steps, TotalCPU is the job line's
     (which sacct already sums over the steps) or, when that is empty, the sum of the steps.
     When a requeued job appears more than once (``--duplicates``), the last run wins and
-    ``restarts`` counts the earlier ones. Never raises on malformed content.
+    ``restarts`` counts the earlier ones. A record that cannot be read is skipped (and, with
+    a reason, listed in ``rejected``); the others are unaffected. Never raises.
     """
-    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
-    records, skipped = split_records(text, fields)
+    records, skipped = split_records(_decode(stdout), fields)
     runs: dict[str, list[_Run]] = {}
+    order: list[str] = []
     for values in records:
         row = dict(zip(fields[:-1], values[:-1], strict=True))
         raw_id = row["JobIDRaw"]
@@ -296,17 +364,27 @@ def parse_sacct_output(stdout: bytes | str, fields: Sequence[str] = FIELDS) -> P
             if job_raw in runs:
                 runs[job_raw][-1].steps.append(row)
             continue
+        order.append(raw_id)
         runs.setdefault(raw_id, []).append(_Run(row=row))
+    texts = verify_text(_decode(text), order, text_delimiter) if text is not None else None
     jobs: dict[str, JobRecord] = {}
+    rejected: dict[str, str] = {}
     for raw_id, job_runs in runs.items():
         try:
-            jobs[raw_id] = _to_record(job_runs[-1], restarts=len(job_runs) - 1)
-        except (ValueError, KeyError, AccountingError):
+            user_text = texts.get(raw_id) if texts is not None else None
+            jobs[raw_id] = _to_record(job_runs[-1], restarts=len(job_runs) - 1, text=user_text)
+        except AccountingError as exc:
             skipped += 1
-    return ParseResult(jobs=jobs, skipped=skipped)
+            rejected[raw_id] = exc.message
+        except (ValueError, KeyError, IndexError, OverflowError) as exc:
+            skipped += 1
+            rejected[raw_id] = f"unreadable accounting record: {type(exc).__name__}"
+    return ParseResult(
+        jobs=jobs, skipped=skipped, rejected=rejected, text_verified=texts is not None
+    )
 
 
-def _to_record(run: _Run, *, restarts: int) -> JobRecord:
+def _to_record(run: _Run, *, restarts: int, text: UserText | None) -> JobRecord:
     row = run.row
     state, cancelled_by = parse_state(row["State"])
     exit_code, exit_signal = parse_exit(row["ExitCode"])
@@ -326,10 +404,9 @@ def _to_record(run: _Run, *, restarts: int) -> JobRecord:
         elapsed = int(parse_duration(row["Elapsed"]) or 0)
     array_job, array_task, het_job, het_offset = _split_display_id(row["JobID"])
     display = row["JobID"].split("%", 1)[0] + "]" if "%" in row["JobID"] else row["JobID"]
-    try:
-        nodelist = expand_hostlist(row["NodeList"])
-    except AccountingError:
-        nodelist = (row["NodeList"],)
+    # A node list that cannot be expanded (or names more than MAX_HOSTS hosts) refuses this
+    # job's record only: the collector keeps its files and says why.
+    nodelist = expand_hostlist(row["NodeList"])
     return JobRecord(
         job_id=row["JobIDRaw"],
         job_id_display=display,
@@ -342,8 +419,8 @@ def _to_record(run: _Run, *, restarts: int) -> JobRecord:
         account=_opt_str(row["Account"]),
         partition=_opt_str(row["Partition"]),
         qos=_opt_str(row.get("QOS", "")),
-        job_name=row["JobName"],
-        work_dir=_opt_str(row["WorkDir"]),
+        job_name=clean_user_text(text.job_name, JOB_NAME_MAX_LEN) if text else "",
+        work_dir=_opt_text(text.work_dir, WORK_DIR_MAX_LEN) if text else None,
         nodelist=nodelist,
         state=state,
         cancelled_by_uid=cancelled_by,
@@ -362,11 +439,16 @@ def _to_record(run: _Run, *, restarts: int) -> JobRecord:
         start_s=_epoch(row["Start"]),
         end_s=_epoch(row["End"]),
         restarts=restarts,
-        comment=_opt_str(row["Comment"]),
+        comment=_opt_text(text.comment, COMMENT_MAX_LEN) if text else None,
         admin_comment=_opt_str(row["AdminComment"]),
         mail_user=None,
         mail_type=None,
     )
+
+
+def _opt_text(value: str, max_len: int) -> str | None:
+    """A user string: ``None`` for sacct's "nothing" spellings, else cleaned and bounded."""
+    return None if value in _UNKNOWN else clean_user_text(value, max_len)
 
 
 # --------------------------------------------------------------------------- the source
@@ -380,16 +462,21 @@ def build_argv(
     end_s: float | None = None,
     users: Sequence[str] | None = None,
     fields: Sequence[str] = FIELDS,
+    delimiter: str = DELIM,
+    allocations: bool = False,
 ) -> list[str]:
-    """The sacct command line for one query, asking for ``fields``."""
+    """The sacct command line for one query, asking for ``fields`` framed by ``delimiter``;
+    ``allocations``: job lines only, no steps (the text query)."""
     argv = [
         sacct_path,
         "--parsable2",
         "--noheader",
-        f"--delimiter={DELIM}",
+        f"--delimiter={delimiter}",
         "--duplicates",
         "--format=" + ",".join(fields),
     ]
+    if allocations:
+        argv.append("--allocations")
     if job_ids:
         argv.append("--jobs=" + ",".join(job_ids))
     if start_s is not None:
@@ -413,6 +500,10 @@ def _sacct_time(epoch_s: float) -> str:
 #: ``SACCT_FORMAT`` a user set).
 SACCT_ENV: Mapping[str, str] = {"SLURM_TIME_FORMAT": "%s", "LC_ALL": "C.UTF-8"}
 
+#: Runs of the query pair when the text query does not match the accounting query (a job
+#: that changed between the two: a new run, an array task that started).
+_ATTEMPTS = 2
+
 
 class SacctSource:
     """``AccountingSource`` backed by the ``sacct`` command.
@@ -420,6 +511,7 @@ class SacctSource:
     ``runner`` runs the command (tests inject recorded output); ``batch_size`` bounds the
     number of job ids in one call; ``omit`` leaves fields of ``OMITTABLE`` out of every query
     (their record fields are ``None``), for callers that do not use them (``gpueff``: QOS).
+    Each batch is two sacct calls: the accounting query and the text query (module docstring).
     """
 
     name = "sacct"
@@ -439,33 +531,71 @@ class SacctSource:
         self.batch_size = max(1, batch_size)
         self.runner: CommandRunner = runner or SubprocessRunner()
         self.last_skipped = 0
-        """Malformed records skipped by the last query (for the collector's log)."""
+        """Malformed or refused records skipped by the last query (for the collector's log)."""
+        self.last_rejected: dict[str, str] = {}
+        """Raw job id -> why its record was refused, for the last query."""
+        self.last_text_dropped = 0
+        """Jobs of the last query whose user strings were dropped (text query did not match)."""
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        """See ``AccountingSource.get_jobs``: one sacct call per ``batch_size`` ids."""
+        """See ``AccountingSource.get_jobs``: two sacct calls per ``batch_size`` ids."""
         queries = list(dict.fromkeys(parse_job_id(j).query for j in job_ids))
         out: dict[str, JobRecord] = {}
-        skipped = 0
-        for chunk in _chunks(queries, self.batch_size):
-            result = self._run(build_argv(self.sacct_path, job_ids=chunk, fields=self.fields))
+        results = [self._query(job_ids=chunk) for chunk in _chunks(queries, self.batch_size)]
+        for result in results:
             out.update(result.jobs)
-            skipped += result.skipped
-        self.last_skipped = skipped
+        self._note(results)
         return out
 
     def jobs_between(
         self, start_s: float, end_s: float, users: Sequence[str] | None = None
     ) -> list[JobRecord]:
         """See ``AccountingSource.jobs_between``."""
-        result = self._run(
-            build_argv(
-                self.sacct_path, start_s=start_s, end_s=end_s, users=users, fields=self.fields
-            )
-        )
-        self.last_skipped = result.skipped
+        result = self._query(start_s=start_s, end_s=end_s, users=users)
+        self._note([result])
         return sorted(result.jobs.values(), key=lambda j: (j.submit_s or 0.0, int(j.job_id)))
 
-    def _run(self, argv: list[str]) -> ParseResult:
+    def _note(self, results: Sequence[ParseResult]) -> None:
+        self.last_skipped = sum(r.skipped for r in results)
+        self.last_rejected = {k: v for r in results for k, v in r.rejected.items()}
+        self.last_text_dropped = sum(len(r.jobs) for r in results if not r.text_verified)
+
+    def _query(
+        self,
+        *,
+        job_ids: Sequence[str] = (),
+        start_s: float | None = None,
+        end_s: float | None = None,
+        users: Sequence[str] | None = None,
+    ) -> ParseResult:
+        """The accounting query, then the text query for the same selection; both again once
+        when the text does not match."""
+
+        def argv(fields: Sequence[str], delimiter: str = DELIM, text: bool = False) -> list[str]:
+            return build_argv(
+                self.sacct_path,
+                job_ids=job_ids,
+                start_s=start_s,
+                end_s=end_s,
+                users=users,
+                fields=fields,
+                delimiter=delimiter,
+                allocations=text,
+            )
+
+        result = ParseResult()
+        for _ in range(_ATTEMPTS):
+            main = self._run(argv(self.fields))
+            if not split_records(_decode(main), self.fields)[0]:
+                return parse_sacct_output(main, self.fields)  # nothing to name: one call
+            delimiter = text_delimiter()
+            text = self._run(argv(TEXT_FIELDS, delimiter, text=True))
+            result = parse_sacct_output(main, self.fields, text=text, text_delimiter=delimiter)
+            if result.text_verified:
+                break
+        return result
+
+    def _run(self, argv: list[str]) -> bytes:
         done = self.runner(argv, env=SACCT_ENV, timeout_s=self.timeout_s)
         if done.returncode != 0:
             raise AccountingError(
@@ -473,7 +603,7 @@ class SacctSource:
                 stderr=done.stderr,
                 hint=_hint_for(done.stderr),
             )
-        return parse_sacct_output(done.stdout, self.fields)
+        return done.stdout
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:

@@ -216,6 +216,7 @@ def _summary(report: Any) -> str:
         ("waiting_nodes", "waiting for nodes"),
         ("unsettled", "waiting for accounting"),
         ("no_accounting", "unknown to accounting"),
+        ("accounting_mismatch", "disagreeing with accounting"),
         ("quarantined", "files quarantined"),
         ("analysis_failed", "analysis failed"),
         ("admin_comment_written", "AdminComment written"),

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_gpu.accounting.base import is_settled
-from slurm_gpu.collector import safefs
+from slurm_gpu.collector import crosscheck, safefs
 from slurm_gpu.collector.statedir import open_state_dir
 from slurm_gpu.errors import AccountingError, SpoolFormatError
 from slurm_gpu.records import JobRecord, NodeRecord
@@ -263,6 +263,9 @@ class CollectReport:
     """Stored jobs whose JS1 summary was written into AdminComment."""
     admin_comment_failed: tuple[str, ...] = ()
     """Stored GPU jobs whose summary was not written (failed, or writing had stopped)."""
+    accounting_mismatch: tuple[str, ...] = ()
+    """Jobs not stored because accounting disagrees with their sealed records (owner uid or
+    node list, ``collector.crosscheck``); their records are in quarantine."""
 
 
 @dataclass
@@ -278,6 +281,7 @@ class _Acc:
     errors: list[str] = field(default_factory=list)
     admin_comment_written: list[str] = field(default_factory=list)
     admin_comment_failed: list[str] = field(default_factory=list)
+    accounting_mismatch: list[str] = field(default_factory=list)
 
     def report(self) -> CollectReport:
         return CollectReport(
@@ -292,6 +296,7 @@ class _Acc:
             errors=tuple(self.errors),
             admin_comment_written=tuple(self.admin_comment_written),
             admin_comment_failed=tuple(self.admin_comment_failed),
+            accounting_mismatch=tuple(self.accounting_mismatch),
         )
 
 
@@ -541,6 +546,8 @@ class Collector:
                 job.state,
                 now - newest_end,
             )
+        if not self._agrees(p, job, acc):
+            return None
         # Records of this job stored by an earlier pass and already moved to done/ (a pass
         # killed half-way through moving a multi-node job's records, or a node's record that
         # arrived late): storing the job again must keep them, not replace the job with the
@@ -581,6 +588,36 @@ class Collector:
             findings=findings,
             analysis_version=version,
         )
+
+    def _agrees(self, p: _Pending, job: JobRecord, acc: _Acc) -> bool:
+        """Cross-check accounting against the job's sealed records (``crosscheck``).
+
+        Records of an earlier run of a requeued job on a node this run did not use are
+        quarantined alone. Any other disagreement (owner uid, a host outside the node list)
+        quarantines all of the job's records and keeps the job out of the store: storing it
+        would show telemetry under the wrong owner. Returns whether the job may be stored.
+        """
+        earlier = [i for i, n in enumerate(p.nodes) if crosscheck.is_earlier_run(job, n)]
+        if earlier and len(earlier) < len(p.nodes):
+            for i in earlier:
+                self._quarantine(
+                    p.files[i],
+                    f"record of an earlier run of job {p.job_id} on {p.nodes[i].hostname}, "
+                    "a node its last run did not use",
+                    acc,
+                )
+            p.files = [f for i, f in enumerate(p.files) if i not in earlier]
+            p.nodes = [n for i, n in enumerate(p.nodes) if i not in earlier]
+        reason = crosscheck.disagreement(job, p.nodes)
+        if reason is None:
+            return True
+        log.warning(
+            "job %s: accounting disagrees with its records: %s; not stored", p.job_id, reason
+        )
+        acc.accounting_mismatch.append(p.job_id)
+        for sealed in p.files:
+            self._quarantine(sealed, f"accounting disagrees with the record: {reason}", acc)
+        return False
 
     def _stored_nodes(self, p: _Pending, job: JobRecord) -> list[NodeRecord]:
         """Records in ``done/<job>/`` of hosts that ``p`` has none for, from this run of the

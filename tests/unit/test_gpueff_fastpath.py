@@ -20,8 +20,8 @@ from typing import Any
 import gpueff_factory as F
 import pytest
 from click.testing import CliRunner
+from sacct_fixtures import parse_rows, recorded_rows, write_fake_sacct
 
-from slurm_gpu.accounting.sacct import DELIM, FIELDS, parse_sacct_output, split_records
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import JobNotFoundError
@@ -168,26 +168,13 @@ def test_a_job_accounting_hides_is_read_ahead_but_never_shown(
     assert "not found" in res.output
 
 
-def _recorded_without_qos(directory: Path) -> Path:
-    """The recorded sacct output as gpueff asks for it: every field but QOS."""
-    records, skipped = split_records(RECORDED.read_text())
-    assert records and not skipped
-    lean = [[v for f, v in zip(FIELDS, rec, strict=True) if f != "QOS"] for rec in records]
-    path = directory / "recorded-lean.txt"
-    path.write_text("".join(DELIM.join(rec) + "\n" for rec in lean))
-    return path
-
-
 def _fake_sacct(directory: Path, *, marker: Path | None = None) -> Path:
-    script = directory / "sacct"
-    touch = f"touch {marker}\n" if marker is not None else ""
-    script.write_text(f"#!/bin/sh\n{touch}exec cat {_recorded_without_qos(directory)}\n")
-    script.chmod(0o755)
-    return script
+    """A sacct that prints the recorded jobs in the fields each call asks for."""
+    return write_fake_sacct(directory, recorded_rows(RECORDED), marker=marker)
 
 
 def test_a_gpueff_run_over_a_sqlite_store_imports_nothing_heavy(tmp_path: Path) -> None:
-    recorded = parse_sacct_output(RECORDED.read_bytes()).jobs["2"]
+    recorded = parse_rows(recorded_rows(RECORDED)).jobs["2"]
     _store(tmp_path, recorded)
     cfg = tmp_path / "config.toml"
     cfg.write_text(
@@ -216,7 +203,7 @@ def test_a_gpueff_run_over_a_sqlite_store_imports_nothing_heavy(tmp_path: Path) 
 def test_the_owner_path_runs_no_sacct_and_imports_no_accounting_adapter(tmp_path: Path) -> None:
     """The caller's own settled job: no sacct process, no accounting adapter imported. The
     probe stands in for sgtest1 by replacing ``os.getuid`` (it runs as root here)."""
-    recorded = parse_sacct_output(RECORDED.read_bytes()).jobs["2"]
+    recorded = parse_rows(recorded_rows(RECORDED)).jobs["2"]
     assert recorded.uid is not None and recorded.uid != 0
     _store(tmp_path, recorded)
     marker = tmp_path / "sacct-ran"

@@ -12,8 +12,9 @@ import pytest
 from sacct_fixtures import render, row
 
 from slurm_gpu.accounting.runner import CommandResult
-from slurm_gpu.accounting.sacct import DELIM, FIELDS, SacctSource, fields_without
+from slurm_gpu.accounting.sacct import DELIM, FIELDS, TEXT_FIELDS, SacctSource, fields_without
 from slurm_gpu.config import parse_settings
+from slurm_gpu.textsafe import clean_user_text
 from slurm_gpu.userreport.readers import LazyAccounting
 
 
@@ -30,7 +31,8 @@ class FormatRunner:
         fmt = next(a for a in argv if a.startswith("--format=")).removeprefix("--format=")
         fields = fmt.split(",")
         self.formats.append(fields)
-        text = "".join(DELIM.join(r[f] for f in fields) + "\n" for r in self.rows)
+        delim = next(a for a in argv if a.startswith("--delimiter=")).split("=", 1)[1]
+        text = "".join(delim.join(r[f] for f in fields) + "\n" for r in self.rows)
         return CommandResult(returncode=0, stdout=text.encode(), stderr="")
 
 
@@ -39,8 +41,8 @@ def test_omitting_qos_asks_without_it_and_parses_the_rest_identically() -> None:
     full = SacctSource(runner=FormatRunner(rows)).get_jobs(["101", "102"])
     runner = FormatRunner(rows)
     lean = SacctSource(runner=runner, omit=("QOS",)).get_jobs(["101", "102"])
-    assert runner.formats == [[f for f in FIELDS if f != "QOS"]]
-    assert full["102"].qos == "high" and full["102"].job_name == f"a{DELIM}b"
+    assert runner.formats == [[f for f in FIELDS if f != "QOS"], list(TEXT_FIELDS)]
+    assert full["102"].qos == "high" and full["102"].job_name == clean_user_text(f"a{DELIM}b")
     assert {k: dataclasses.replace(j, qos=None) for k, j in full.items()} == lean
 
 

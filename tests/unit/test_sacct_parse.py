@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from sacct_fixtures import render, row, step
+from sacct_fixtures import FormatRunner, parse_rows, render, render_text, row, step
 
 from slurm_gpu.accounting.sacct import (
     DELIM,
+    SacctSource,
+    UserText,
     parse_duration,
     parse_exit,
     parse_sacct_output,
     parse_state,
     split_records,
+    verify_text,
 )
+from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN
+from slurm_gpu.textsafe import REPLACEMENT
 
 MIB = 1024**2
 GIB = 1024**3
@@ -20,7 +25,7 @@ GIB = 1024**3
 
 def test_completed_job_fields() -> None:
     job = row(MaxRSS="")
-    result = parse_sacct_output(render([job, step(job, "batch", MaxRSS="51200K")]))
+    result = parse_rows([job, step(job, "batch", MaxRSS="51200K")])
     assert result.skipped == 0
     rec = result.jobs["101"]
     assert rec.state == "COMPLETED"
@@ -50,26 +55,51 @@ def test_max_rss_is_the_largest_step() -> None:
     assert parse_sacct_output(text).jobs["101"].max_rss_bytes == 3000 * MIB
 
 
-def test_job_name_with_pipe_newline_and_non_ascii() -> None:
+def test_job_name_with_pipe_newline_and_non_ascii_is_kept_and_cleaned() -> None:
     job = row(JobName="a|b\nc é")
-    rec = parse_sacct_output(render([job, step(job, "batch")]).encode()).jobs["101"]
-    assert rec.job_name == "a|b\nc é"
+    rec = parse_sacct_output(
+        render([job, step(job, "batch")]).encode(), text=render_text([job]).encode()
+    ).jobs["101"]
+    assert rec.job_name == f"a|b{REPLACEMENT}c é"
 
 
 def test_newline_in_comment_and_workdir() -> None:
     job = row(Comment="line1\nline2|x", WorkDir="/tmp/we\nird")
-    rec = parse_sacct_output(render([job])).jobs["101"]
-    assert rec.comment == "line1\nline2|x" and rec.work_dir == "/tmp/we\nird"
+    rec = parse_rows([job]).jobs["101"]
+    assert rec.comment == f"line1{REPLACEMENT}line2|x"
+    assert rec.work_dir == f"/tmp/we{REPLACEMENT}ird"
 
 
-def test_delimiter_inside_job_name_goes_back_to_the_name() -> None:
+def test_user_strings_are_cleaned_and_bounded() -> None:
+    job = row(JobName="\x1b[31mred\u202e" + "n" * 1000, Comment="c" * 5000, WorkDir="/w")
+    rec = parse_rows([job]).jobs["101"]
+    assert "\x1b" not in rec.job_name and "\u202e" not in rec.job_name
+    assert len(rec.job_name) == JOB_NAME_MAX_LEN and rec.job_name.endswith("…")
+    assert rec.comment is not None and len(rec.comment) == COMMENT_MAX_LEN
+
+
+def test_delimiter_inside_job_name_drops_the_strings_not_the_record() -> None:
     job = row(JobName=f"x{DELIM}y")
-    rec = parse_sacct_output(render([job])).jobs["101"]
-    assert rec.job_name == f"x{DELIM}y" and rec.state == "COMPLETED"
+    result = parse_rows([job, row(JobIDRaw="102", JobID="102", JobName="ok")])
+    rec = result.jobs["101"]
+    assert rec.state == "COMPLETED" and rec.uid == 1001
+    assert rec.job_name == "" and rec.work_dir is None
+    assert not result.text_verified
+
+
+def test_accounting_record_with_a_field_too_many_is_skipped_not_refitted() -> None:
+    text = render([row()]).replace("COMPLETED", f"COMPLETED{DELIM}x")
+    result = parse_sacct_output(text)
+    assert result.jobs == {} and result.skipped == 1
+
+
+def test_without_the_text_query_strings_are_empty() -> None:
+    rec = parse_sacct_output(render([row()])).jobs["101"]
+    assert rec.job_name == "" and rec.comment is None and rec.work_dir is None
 
 
 def test_cancelled_by_uid() -> None:
-    rec = parse_sacct_output(render([row(State="CANCELLED by 1001")])).jobs["101"]
+    rec = parse_rows([row(State="CANCELLED by 1001")]).jobs["101"]
     assert rec.state == "CANCELLED" and rec.cancelled_by_uid == 1001
 
 
@@ -128,7 +158,7 @@ def test_unlimited_and_partition_limit_time_limits() -> None:
 
 
 def test_elapsed_falls_back_to_formatted() -> None:
-    rec = parse_sacct_output(render([row(ElapsedRaw="", Elapsed="1-00:00:01")])).jobs["101"]
+    rec = parse_rows([row(ElapsedRaw="", Elapsed="1-00:00:01")]).jobs["101"]
     assert rec.elapsed_s == 86401
 
 
@@ -222,5 +252,60 @@ def test_record_without_trailing_newline() -> None:
 
 
 def test_invalid_utf8_is_replaced() -> None:
-    text = render([row(JobName="X")]).encode().replace(b"X", b"\xff\xfe")
-    assert parse_sacct_output(text).jobs["101"].job_name == "\ufffd\ufffd"
+    job = row(JobName="X")
+    text = render_text([job]).encode().replace(b"X", b"\xff\xfe")
+    assert parse_sacct_output(render([job]), text=text).jobs["101"].job_name == "\ufffd\ufffd"
+
+
+def test_requeued_job_takes_the_text_of_its_last_run() -> None:
+    first = row(State="REQUEUED", JobName="old")
+    second = row(State="COMPLETED", JobName="new")
+    rec = parse_rows([first, step(first, "batch"), second]).jobs["101"]
+    assert rec.job_name == "new" and rec.restarts == 1
+
+
+def test_a_name_holding_the_fixed_delimiter_does_not_blank_other_jobs() -> None:
+    """The text query's delimiter is drawn at random per call, so a name written with the
+    accounting query's delimiter is just text: every job keeps its strings."""
+    rows = [row(JobName=f"evil{DELIM}\n101{DELIM}x"), row(JobIDRaw="102", JobID="102")]
+    runner = FormatRunner(rows)
+    source = SacctSource(runner=runner)
+    jobs = source.get_jobs(["101", "102"])
+    assert jobs["102"].job_name == "train" and jobs["101"].job_name.startswith("evil")
+    assert source.last_text_dropped == 0
+    delimiters = {a for c in runner.calls for a in c if a.startswith("--delimiter=")}
+    assert len(delimiters) == 2  # the accounting query's and one random text delimiter
+
+
+def test_text_that_does_not_match_is_retried_once_then_dropped() -> None:
+    rows = [row()]
+    runner = FormatRunner(rows, text_override=lambda d: "")
+    source = SacctSource(runner=runner)
+    rec = source.get_jobs(["101"])["101"]
+    assert (rec.uid, rec.state, rec.job_name, rec.work_dir) == (1001, "COMPLETED", "", None)
+    assert len(runner.calls) == 4 and source.last_text_dropped == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
+        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2", True),
+        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),  # a job missing
+        (f"2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),
+        (f"1{DELIM}a{DELIM}b{DELIM}c\n{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
+        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n3{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
+        (f"1{DELIM}a{DELIM}b{DELIM}x{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
+    ],
+)
+def test_verify_text_accepts_only_the_exact_frame(text: str, ok: bool) -> None:
+    got = verify_text(text, ["1", "2"], DELIM)
+    assert (got is not None) == ok
+    if got is not None:
+        assert got["2"] == UserText(job_name="d", comment="e", work_dir="f")
+
+
+def test_node_list_too_large_rejects_that_job_with_a_reason() -> None:
+    result = parse_rows([row(NodeList="n[1-70000]"), row(JobIDRaw="102", JobID="102")])
+    assert list(result.jobs) == ["102"]
+    assert "more than 65536 hosts" in result.rejected["101"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sacct_fixtures import render, row, step
+from sacct_fixtures import parse_rows, render, row, step
 
 from slurm_gpu.accounting.sacct import DELIM, FIELDS, parse_sacct_output
+from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN
+from slurm_gpu.textsafe import clean_user_text
 
 # Job names as users write them: any printable text, pipes, newlines, non-ASCII.
 names = st.text(
@@ -19,9 +21,11 @@ names = st.text(
 @given(name=names, comment=names)
 def test_free_text_round_trips(name: str, comment: str) -> None:
     job = row(JobName=name, Comment=comment)
-    jobs = parse_sacct_output(render([job, step(job, "batch")]).encode("utf-8")).jobs
-    assert jobs["101"].job_name == name
-    assert jobs["101"].comment == (comment or None) or comment in (
+    jobs = parse_rows([job, step(job, "batch")]).jobs
+    assert jobs["101"].job_name == clean_user_text(name, JOB_NAME_MAX_LEN)
+    assert jobs["101"].comment == (
+        clean_user_text(comment, COMMENT_MAX_LEN) or None
+    ) or comment in (
         "Unknown",
         "None",
         "(null)",

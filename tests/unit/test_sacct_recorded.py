@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from sacct_fixtures import DATA
+from sacct_fixtures import DATA, parse_rows, recorded_rows
 
 from slurm_gpu.accounting import is_settled
-from slurm_gpu.accounting.sacct import parse_sacct_output
+from slurm_gpu.textsafe import REPLACEMENT
 
 MIB = 1024**2
 
 
 def test_cluster_jobs() -> None:
-    jobs = parse_sacct_output((DATA / "cluster_jobs.txt").read_bytes()).jobs
+    jobs = parse_rows(recorded_rows(DATA / "cluster_jobs.txt")).jobs
     one, two, name, fail, tout, canc, mem = (jobs[i] for i in ("2", "3", "4", "6", "7", "8", "9"))
     assert one.alloc_tres.gpus == 1 and one.alloc_tres.gpu_types == (("a100", 1),)
     assert one.max_rss_bytes == 96596 * 1024 and one.total_cpu_s == 3.08
     # --mem-per-cpu=300M with -c 2: sacct 22.05 already reports the 600M node total.
     assert two.alloc_tres.gpus == 2 and two.req_mem_bytes == 600 * MIB and two.alloc_cpus == 2
-    assert name.job_name == "a|b\nc é" and name.comment == "note|x"
+    # The newline of the name is a control character: replaced where it enters.
+    assert name.job_name == f"a|b{REPLACEMENT}c é" and name.comment == "note|x"
     assert (fail.state, fail.exit_code) == ("FAILED", 3)
     assert tout.state == "TIMEOUT" and tout.time_limit_s == 60 and tout.elapsed_s >= 60
     assert (canc.state, canc.cancelled_by_uid) == ("CANCELLED", 1001)
@@ -32,7 +33,7 @@ def test_cluster_jobs() -> None:
 
 
 def test_array_with_pending_range() -> None:
-    jobs = parse_sacct_output((DATA / "array_pending.txt").read_bytes()).jobs
+    jobs = parse_rows(recorded_rows(DATA / "array_pending.txt")).jobs
     pending = jobs["5"]
     assert pending.job_id_display == "5_[4-5]" and pending.array_task_id == "4-5"
     assert pending.state == "PENDING" and pending.start_s is None and pending.nodelist == ()
@@ -42,7 +43,7 @@ def test_array_with_pending_range() -> None:
 def test_records_seen_before_slurmdbd_has_the_job_are_not_settled() -> None:
     """Seconds after submission sacct shows job lines built from the steps alone: no
     partition, UID 0, JobName 'allocation', no ReqTRES, ReqMem '16?'."""
-    jobs = parse_sacct_output((DATA / "early_unsettled.txt").read_bytes()).jobs
+    jobs = parse_rows(recorded_rows(DATA / "early_unsettled.txt")).jobs
     early = jobs["2"]
     assert (
         early.state == "COMPLETED" and early.req_tres.raw == "" and early.job_name == "allocation"

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from sacct_fixtures import DATA, ReplayRunner, render, row
+from sacct_fixtures import DATA, FormatRunner, ReplayRunner, render, row
 
 from slurm_gpu.accounting import is_settled, open_accounting
 from slurm_gpu.accounting.runner import SubprocessRunner
@@ -16,11 +16,11 @@ from slurm_gpu.errors import AccountingError, UsageError
 
 
 def test_many_jobs_one_call() -> None:
-    runner = ReplayRunner(render([row(JobIDRaw=str(i), JobID=str(i)) for i in range(1, 51)]))
+    runner = FormatRunner([row(JobIDRaw=str(i), JobID=str(i)) for i in range(1, 51)])
     source = SacctSource(runner=runner, batch_size=500)
     jobs = source.get_jobs([str(i) for i in range(1, 51)])
     assert len(jobs) == 50
-    assert len(runner.calls) == 1
+    assert len(runner.accounting_calls) == 1 and len(runner.calls) == 2  # + the text query
     argv = runner.calls[0]
     assert "--jobs=" + ",".join(str(i) for i in range(1, 51)) in argv
     assert f"--delimiter={DELIM}" in argv and "--parsable2" in argv and "--noheader" in argv
@@ -29,11 +29,12 @@ def test_many_jobs_one_call() -> None:
 
 
 def test_batches_are_chunked() -> None:
-    runner = ReplayRunner(render([row()]))
+    runner = FormatRunner([row()])
     SacctSource(runner=runner, batch_size=20).get_jobs([str(i) for i in range(1, 46)])
-    assert len(runner.calls) == 3
+    assert len(runner.accounting_calls) == 3
     assert [
-        len(next(a for a in c if a.startswith("--jobs=")).split(",")) for c in runner.calls
+        len(next(a for a in c if a.startswith("--jobs=")).split(","))
+        for c in runner.accounting_calls
     ] == [20, 20, 5]
 
 
@@ -84,14 +85,15 @@ def test_real_subprocess_runner_returns_bytes_and_exit(tmp_path: Path) -> None:
 
 
 def test_jobs_between_asks_all_users_or_named_ones() -> None:
-    runner = ReplayRunner(render([row(JobIDRaw="2", JobID="2", Submit="2"), row(Submit="1")]))
+    runner = FormatRunner([row(JobIDRaw="2", JobID="2", Submit="2"), row(Submit="1")])
     source = SacctSource(runner=runner)
     jobs = source.jobs_between(1795000000, 1795003600)
     assert [j.job_id for j in jobs] == ["101", "2"]
-    assert "--allusers" in runner.calls[0]
+    assert all("--allusers" in c for c in runner.calls)
     assert any(a.startswith("--starttime=") for a in runner.calls[0])
     source.jobs_between(0, 1, users=["sgtest1"])
-    assert "--user=sgtest1" in runner.calls[1] and "--allusers" not in runner.calls[1]
+    last = runner.accounting_calls[1]
+    assert "--user=sgtest1" in last and "--allusers" not in last
 
 
 def test_open_accounting_picks_backend() -> None:
