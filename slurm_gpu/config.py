@@ -263,6 +263,49 @@ class AnalysisSettings:
     idle_edge_min_pct: float = _opt(
         10.0, "... when it is also at least this share of the job.", min=0, max=100
     )
+    idle_edge_major_pct: float = _opt(
+        30.0,
+        "An idle head or tail at least this share of the job is reported however short it is.",
+        min=0,
+        max=100,
+    )
+    near_threshold_band_pct: float = _opt(
+        20.0,
+        "Over-request values within this share of their threshold give an info note, "
+        "not a warning.",
+        min=0,
+        max=100,
+    )
+    dataloader_max_duty_pct: float = _opt(
+        80.0,
+        "Input-bound is judged up to this mean duty cycle: timeline buckets below it with "
+        "saturated cores are stalls.",
+        min=0,
+        max=100,
+    )
+    cpu_saturated_strict_pct: float = _opt(
+        90.0,
+        "Up to dataloader_max_duty_pct (above low_duty_pct), cores busy at or above this share "
+        "of the allocation count as saturated.",
+        min=0,
+        max=100,
+    )
+    busy_low_power_pct: float = _opt(
+        35.0,
+        "A busy GPU drawing less than this share of its power limit is nearly empty "
+        "(used where SM activity is not reported).",
+        min=0,
+        max=100,
+    )
+    exclusive_partitions: tuple[str, ...] = _opt(
+        [], "Partitions that allocate whole nodes: no CPU, memory or GPU-count reductions there."
+    )
+    whole_node_alloc_factor: float = _opt(
+        2.0,
+        "Allocated CPUs or memory more than this many times the request mark a whole-node "
+        "allocation (--exclusive or an exclusive partition).",
+        min=1,
+    )
     throttle_min_pct: float = _opt(
         10.0, "Throttled for at least this share of the job is reported to the site.", min=0
     )

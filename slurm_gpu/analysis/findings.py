@@ -8,7 +8,8 @@ site can reword them without touching code. Evidence keys carry their unit in th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -63,6 +64,7 @@ class Code(StrEnum):
     CPU_OVERREQUESTED = "CPU_OVERREQUESTED"
     MEMORY_OVERREQUESTED = "MEMORY_OVERREQUESTED"
     GPU_OVERSIZED = "GPU_OVERSIZED"
+    RANKS_SHARE_GPU = "RANKS_SHARE_GPU"
     # cause 2: data loading
     DATALOADER_BOUND = "DATALOADER_BOUND"
     TOO_FEW_CPUS_PER_GPU = "TOO_FEW_CPUS_PER_GPU"
@@ -109,6 +111,7 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.CPU_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.MEMORY_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.GPU_OVERSIZED: CodeInfo(6, Audience.USER, None, also_causes=(4,)),
+    Code.RANKS_SHARE_GPU: CodeInfo(6, Audience.USER, "nsys_distributed", also_causes=(5,)),
     Code.DATALOADER_BOUND: CodeInfo(2, Audience.USER, "torch"),
     Code.TOO_FEW_CPUS_PER_GPU: CodeInfo(2, Audience.USER, "torch"),
     Code.LOW_PARALLELISM: CodeInfo(1, Audience.USER, "nsys", also_causes=(3,)),
@@ -207,6 +210,33 @@ class Option(StrEnum):
     CPUS_PER_GPU = "cpus_per_gpu"
     MEMORY = "memory"
     TIME = "time"
+
+
+#: The ``sbatch`` long option each kind of recommendation sets, where its lines do not say.
+#: The enum's values are stored and cannot change; ``memory`` is ``--mem`` to sbatch.
+OPTION_FLAGS: Mapping[Option, str] = {
+    Option.GPUS: "--gres",
+    Option.MIG: "--gres",
+    Option.CPUS_PER_GPU: "--cpus-per-gpu",
+    Option.MEMORY: "--mem",
+    Option.TIME: "--time",
+}
+
+_LINE_FLAG = re.compile(r"^#SBATCH\s+(--[a-z][a-z-]*)")
+
+
+def sbatch_flag(option: str, sbatch_lines: Sequence[str] = ()) -> str:
+    """The sbatch long option a recommendation changes, for display: the last option its
+    ``#SBATCH`` lines set (``--cpus-per-task``, ``--mem``), else the option's usual flag;
+    never the enum's stored value (``memory`` is not an sbatch option)."""
+    for line in reversed(sbatch_lines):
+        match = _LINE_FLAG.match(line)
+        if match:
+            return match.group(1)
+    try:
+        return OPTION_FLAGS[Option(option)]
+    except ValueError:
+        return f"--{option.replace('_', '-')}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from slurm_gpu.analysis.allocation import whole_node_allocation
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord
 
@@ -76,6 +77,13 @@ class GpuMetrics:
     ecc_uncorrected: int | None
     xid_events: tuple[int, ...]
     process_seen: bool
+    processes_known: bool
+    """Whether the process list could be read on this GPU's node. The sampler records only
+    whether a process was ever seen; a GPU that ran kernels with no process seen proves the
+    list was unreadable there (a kernel needs a process), so ``process_seen=False`` on any GPU
+    of that node means "unknown", not "none"."""
+    max_processes: int
+    """Most compute processes seen on the GPU at once (0 when none seen or unknown)."""
     is_mig: bool
     """A MIG slice rather than a whole GPU."""
     used: bool
@@ -102,6 +110,9 @@ class JobMetrics:
     """seff's "CPU Utilized": TotalCPU rounded to whole seconds (half up)."""
     cpu_efficiency_pct: float | None
     """seff's "CPU Efficiency": cpu_used_s / (elapsed_s × ncpus) × 100."""
+    cores_busy_mean_per_node: float | None
+    """cpu_used_s / elapsed_s / nnodes: mean cores busy on one node, the same scope as
+    ``host_cores_peak`` and ``host_cores_allocated_per_node``."""
     mem_used_bytes: int | None
     """seff's "Memory Utilized": the largest MaxRSS over the job's steps."""
     mem_allocated_bytes: int | None
@@ -117,7 +128,8 @@ class JobMetrics:
     """Σ over observed GPUs of mean duty cycle × elapsed, hours."""
     gpu_hours_wasted: float | None
     """Σ over observed GPUs of idle share × elapsed, where an unused GPU counts whole, hours:
-    time an allocated GPU ran no kernel at all. Unobserved GPUs are not counted."""
+    time an allocated GPU ran no kernel at all. Unobserved GPUs are not counted. The one
+    definition (``wasted_gpu_hours``) every channel uses."""
     duty_mean_pct: float | None
     """Mean of the observed GPUs' mean duty cycles."""
     imbalance_spread_pct: float | None
@@ -130,12 +142,21 @@ class JobMetrics:
     cpus_per_gpu: float | None
     stall_share_pct: float | None
     """Share of timeline time in which the used GPUs' mean duty cycle was below
-    ``low_duty_pct`` while the job's host cores were saturated, percent (input-bound time)."""
+    ``low_duty_pct`` while the job's host cores were busy at ``cpu_saturated_pct`` or more of
+    the node's allocation, percent (input-bound time). Measured on the downsampled timeline,
+    so its resolution is the bucket width."""
+    stall_share_strict_pct: float | None
+    """The same with the GPUs below ``dataloader_max_duty_pct`` and the cores pinned (at
+    ``cpu_saturated_strict_pct`` or more), percent: input-bound time of a job at moderate
+    duty."""
     host_cores_peak: float | None
     """Most cores busy on one node in one timeline bucket (or reading), cores."""
     host_cores_allocated_per_node: float | None
     host_rss_peak_bytes: int | None
     """Largest resident memory of the job on one node, bytes."""
+    whole_node: bool
+    """The site allocated whole nodes (exclusive partition, or more CPUs/memory than requested
+    by more than ``whole_node_alloc_factor``): a smaller request would change nothing."""
     nodes_expected: int
     nodes_with_record: int
     gpus: tuple[GpuMetrics, ...]
@@ -202,8 +223,24 @@ def _ratio_pct(part: float | None, whole: float | None) -> float | None:
     return 100.0 * part / whole
 
 
-def gpu_metrics(gpu: GpuSummary, node: NodeRecord, settings: AnalysisSettings) -> GpuMetrics:
-    """The metrics of one GPU from its summary and its node record."""
+def processes_readable(node: NodeRecord, settings: AnalysisSettings) -> bool:
+    """Whether the node's GPU process lists were readable: False when a GPU ran kernels (mean
+    duty above ``unused_max_duty_pct``) and yet no process was ever seen on it."""
+    for g in node.gpus:
+        mean = g.utilization.mean
+        if mean is not None and mean > settings.unused_max_duty_pct and not g.process_seen:
+            return False
+    return True
+
+
+def gpu_metrics(
+    gpu: GpuSummary,
+    node: NodeRecord,
+    settings: AnalysisSettings,
+    processes_known: bool = True,
+) -> GpuMetrics:
+    """The metrics of one GPU from its summary and its node record. ``processes_known`` is
+    ``processes_readable(node)``, computed once per node by the caller."""
     dist = gpu.utilization
     n = dist.n
     span = node.ended_s - node.started_s
@@ -255,6 +292,8 @@ def gpu_metrics(gpu: GpuSummary, node: NodeRecord, settings: AnalysisSettings) -
         ecc_uncorrected=gpu.ecc_uncorrected,
         xid_events=gpu.xid_events,
         process_seen=gpu.process_seen,
+        processes_known=processes_known,
+        max_processes=gpu.max_processes,
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
         used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
         enough_data=gpu.samples_available >= settings.min_samples,
@@ -262,6 +301,22 @@ def gpu_metrics(gpu: GpuSummary, node: NodeRecord, settings: AnalysisSettings) -
 
 
 # --------------------------------------------------------------------------- per job
+
+
+def wasted_gpu_hours(gpus: Sequence[GpuMetrics], elapsed_s: float) -> float | None:
+    """Idle ("wasted") GPU-hours: the time an allocated GPU ran no kernel at all.
+
+    Σ over observed GPUs of idle share × elapsed, an unused GPU counting whole; hours.
+    Under-use (a GPU busy 40 % of the time) is not waste here: that is allocated − busy.
+    GPUs without readings are not counted; ``None`` when no GPU was observed. This is the one
+    definition: the engine, ``gpueff``, the e-mail and the weekly report call it (or, in SQL,
+    reproduce it from the same stored per-GPU numbers).
+    """
+    observed = [g for g in gpus if g.duty_mean_pct is not None]
+    if not observed:
+        return None
+    hours = max(elapsed_s, 0.0) / SECONDS_PER_HOUR
+    return sum(hours if not g.used else (g.idle_share_pct or 0.0) / 100.0 * hours for g in observed)
 
 
 def _spread(values: Sequence[float]) -> float | None:
@@ -289,9 +344,10 @@ def _stall_and_peak(
     used: set[str],
     nnodes: int,
     settings: AnalysisSettings,
-) -> tuple[float | None, float | None]:
-    """(input-bound share of time in percent, peak cores busy on one node)."""
-    stalled_s = total_s = 0.0
+) -> tuple[float | None, float | None, float | None]:
+    """(input-bound share of time, the same below full duty with pinned cores, both in
+    percent; peak cores busy on one node)."""
+    stalled_s = strict_s = total_s = 0.0
     peak: float | None = None
     for node in nodes:
         cores = _cores_per_node(job, node, nnodes)
@@ -308,24 +364,36 @@ def _stall_and_peak(
             if not utils or point.host_cpu_cores is None or not cores:
                 continue
             total_s += point.width_s
-            gpu_low = statistics.fmean(utils) < settings.low_duty_pct
-            cpu_full = 100.0 * point.host_cpu_cores / cores >= settings.cpu_saturated_pct
-            if gpu_low and cpu_full:
+            duty = statistics.fmean(utils)
+            busy_pct = 100.0 * point.host_cpu_cores / cores
+            if duty < settings.low_duty_pct and busy_pct >= settings.cpu_saturated_pct:
                 stalled_s += point.width_s
+            # Below full with the cores pinned (a stricter saturation: healthy jobs at
+            # moderate duty use many cores too): an input-bound job at 55-65 % duty.
+            if (
+                duty < settings.dataloader_max_duty_pct
+                and busy_pct >= settings.cpu_saturated_strict_pct
+            ):
+                strict_s += point.width_s
         if not node.timeline and node.host is not None and node.host.cpu_cores_busy.n:
             # No timeline: fall back to the cores-busy distribution (not time-correlated).
             top = node.host.cpu_cores_busy.percentile(100)
             if top is not None and cores:
                 peak = max(peak or 0.0, top / 100.0 * cores)
-    share = 100.0 * stalled_s / total_s if total_s > 0 else None
-    return share, peak
+    if total_s <= 0:
+        return None, None, peak
+    return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
 
 
 def job_metrics(
     job: JobRecord, nodes: Sequence[NodeRecord], settings: AnalysisSettings
 ) -> JobMetrics:
     """All metrics of one job. ``nodes`` may miss some of the job's nodes, or be empty."""
-    gpus = tuple(gpu_metrics(g, node, settings) for node in nodes for g in node.gpus)
+    gpus = tuple(
+        gpu_metrics(g, node, settings, processes_readable(node, settings))
+        for node in nodes
+        for g in node.gpus
+    )
     observed = [g for g in gpus if g.duty_mean_pct is not None]
     used = [g for g in observed if g.used]
     gpus_allocated = job.alloc_tres.gpus or 0
@@ -339,12 +407,10 @@ def job_metrics(
         status = DataStatus.NO_TELEMETRY
     else:
         status = DataStatus.OK
-    busy = wasted = duty_mean = None
+    busy = duty_mean = None
+    wasted = wasted_gpu_hours(gpus, elapsed)
     if observed:
         busy = sum((g.duty_mean_pct or 0.0) / 100.0 * hours for g in observed)
-        wasted = sum(
-            hours if not g.used else (g.idle_share_pct or 0.0) / 100.0 * hours for g in observed
-        )
         duty_mean = statistics.fmean(g.duty_mean_pct or 0.0 for g in observed)
     used_means = [g.duty_mean_pct or 0.0 for g in used]
     node_means = []
@@ -355,9 +421,12 @@ def job_metrics(
     energies = [g.energy_kwh for g in gpus if g.energy_kwh is not None]
     nnodes = seff_nnodes(job)
     ncpus = seff_ncpus(job)
-    stall, peak = _stall_and_peak(job, nodes, {g.uuid for g in used}, nnodes, settings)
+    stall, stall_strict, peak = _stall_and_peak(
+        job, nodes, {g.uuid for g in used}, nnodes, settings
+    )
     rss = [n.host.rss_max_bytes for n in nodes if n.host and n.host.rss_max_bytes is not None]
     gpu_count = gpus_allocated or len(gpus)
+    cput = seff_cpu_used_s(job)
     return JobMetrics(
         job_id=job.job_id,
         status=status,
@@ -366,8 +435,9 @@ def job_metrics(
         time_efficiency_pct=_ratio_pct(elapsed, job.time_limit_s) if elapsed else None,
         ncpus=ncpus,
         nnodes=nnodes,
-        cpu_used_s=seff_cpu_used_s(job),
+        cpu_used_s=cput,
         cpu_efficiency_pct=seff_cpu_efficiency_pct(job),
+        cores_busy_mean_per_node=cput / elapsed / nnodes if cput is not None and elapsed else None,
         mem_used_bytes=job.max_rss_bytes,
         mem_allocated_bytes=seff_mem_allocated_bytes(job),
         mem_efficiency_pct=seff_mem_efficiency_pct(job),
@@ -384,9 +454,11 @@ def job_metrics(
         energy_kwh=sum(energies) if energies else None,
         cpus_per_gpu=(job.alloc_cpus / gpu_count) if job.alloc_cpus and gpu_count else None,
         stall_share_pct=stall,
+        stall_share_strict_pct=stall_strict,
         host_cores_peak=peak,
         host_cores_allocated_per_node=(job.alloc_cpus / nnodes) if job.alloc_cpus else None,
         host_rss_peak_bytes=max(rss) if rss else None,
+        whole_node=whole_node_allocation(job, settings),
         nodes_expected=max(len(job.nodelist), 1),
         nodes_with_record=len(nodes),
         gpus=gpus,

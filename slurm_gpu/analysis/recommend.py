@@ -4,6 +4,12 @@ past jobs, with headroom over the observed peaks.
 Safety rules: never propose less than the largest observed peak (this job and the similar
 past ones) plus the configured headroom; propose a reduction only when that is still below
 what was asked; never shorten ``--time`` when a similar job ran into its limit.
+
+The set is built as a whole: the GPU count is decided first and the cores per GPU are computed
+for the *proposed* count, so the proposed cores still cover the busiest cores observed. Only
+warning or critical findings lead to a recommendation (an info note sits near its threshold),
+and none reduces CPUs, memory or GPUs of a whole-node allocation, where asking for less
+changes nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from slurm_gpu.analysis.findings import Code, Finding, Option, Recommendation
+from slurm_gpu.analysis.findings import Code, Finding, Option, Recommendation, Severity
 from slurm_gpu.analysis.history import PastJob
 from slurm_gpu.analysis.metrics import JobMetrics
 from slurm_gpu.config import AnalysisSettings
@@ -52,7 +58,8 @@ def round_time_s(seconds: float, s: AnalysisSettings) -> int:
 
 
 def _codes(findings: Sequence[Finding]) -> set[Code]:
-    return {f.code for f in findings}
+    """The codes of the findings a recommendation may act on (not info notes)."""
+    return {f.code for f in findings if f.severity is not Severity.INFO}
 
 
 def _gpu_type(job: JobRecord) -> str:
@@ -63,8 +70,12 @@ def _gpu_type(job: JobRecord) -> str:
 def recommend_gpus(
     job: JobRecord, m: JobMetrics, findings: Sequence[Finding], past: Sequence[PastJob]
 ) -> list[Recommendation]:
-    """Fewer GPUs when some never ran a kernel (and none did in similar jobs either)."""
-    if Code.GPU_UNUSED not in _codes(findings) or m.gpus_allocated == 0:
+    """Fewer GPUs when some never ran a kernel (and none did in similar jobs either); not when
+    the site gives whole nodes, nor when ranks shared one GPU (the fix is binding them)."""
+    codes = _codes(findings)
+    if Code.GPU_UNUSED not in codes or m.gpus_allocated == 0 or m.whole_node:
+        return []
+    if Code.RANKS_SHARE_GPU in codes:
         return []
     if m.gpus_observed < m.gpus_allocated:
         return []  # a GPU we did not see may have been the busy one
@@ -155,20 +166,47 @@ def _cpu_line(job: JobRecord, m: JobMetrics, n: int) -> str:
     return f"#SBATCH --cpus-per-gpu={n}" if m.gpus_allocated else f"#SBATCH --cpus-per-task={n}"
 
 
+def _proposed_gpus(m: JobMetrics, gpu_recs: Sequence[Recommendation]) -> int:
+    """The job's GPU count once the GPU recommendation (if any) is followed."""
+    for r in gpu_recs:
+        if r.option is Option.GPUS:
+            need = r.safe_because.get("gpus_used_max")
+            if isinstance(need, int):
+                return need
+    return m.gpus_allocated
+
+
 def recommend_cpus(
     job: JobRecord,
     m: JobMetrics,
     findings: Sequence[Finding],
     past: Sequence[PastJob],
     s: AnalysisSettings,
+    gpus_proposed: int | None = None,
 ) -> list[Recommendation]:
-    """More cores per GPU for an input-bound job; fewer for a job that left most idle."""
+    """More cores per GPU for an input-bound job; fewer for a job that left most idle.
+
+    Cores per GPU are computed for ``gpus_proposed`` (the count after the GPU recommendation;
+    the allocated count by default), and the cores they give a node (cores per GPU × GPUs on
+    the node) never fall below the busiest cores observed on one node plus headroom."""
     codes = _codes(findings)
+    if m.whole_node:
+        return []  # the node's cores are the job's whatever it asks
+    gpus_after = m.gpus_allocated if gpus_proposed is None else gpus_proposed
     gpus_per_node = m.gpus_allocated / m.nnodes if m.gpus_allocated else 0
     per = gpus_per_node or 1
     current = (m.host_cores_allocated_per_node or m.ncpus) / per
+    if m.gpus_allocated and gpus_after == 0:
+        return []  # no GPU left to count cores per: the GPU recommendation says it all
+    # Fewest GPUs one node will hold after the change: the cores per GPU must feed its peak.
+    per_after = max(1, gpus_after // m.nnodes) if m.gpus_allocated else 1
+    peaks = [m.host_cores_peak, *(p.host_cores_peak for p in past)]
+    known = [p for p in peaks if p is not None]
+    floor = (
+        math.ceil(max(known) * (1 + s.headroom_cpu_pct / 100.0) / per_after - 1e-9) if known else 1
+    )
     if codes & {Code.DATALOADER_BOUND, Code.TOO_FEW_CPUS_PER_GPU}:
-        proposed = max(s.min_cpus_per_gpu, math.ceil(2 * current))
+        proposed = max(s.min_cpus_per_gpu, math.ceil(2 * current), floor)
         return [
             Recommendation(
                 option=Option.CPUS_PER_GPU,
@@ -188,13 +226,12 @@ def recommend_cpus(
         ]
     if Code.CPU_OVERREQUESTED not in codes:
         return []
-    peaks = [m.host_cores_peak, *(p.host_cores_peak for p in past)]
-    known = [p for p in peaks if p is not None]
     if m.host_cores_peak is None or not known:
         return []  # a mean is not a peak: without one, no smaller request is safe
     peak = max(known)
-    proposed = max(1, math.ceil(peak / per * (1 + s.headroom_cpu_pct / 100.0)))
-    if proposed >= current:
+    proposed = max(1, floor)
+    # A reduction only: fewer cores on each node than now (per GPU, with the proposed GPUs).
+    if proposed * per_after >= current * per:
         return []
     return [
         Recommendation(
@@ -219,6 +256,8 @@ def recommend_memory(
 ) -> list[Recommendation]:
     """``--mem`` (per node) sized to the peak resident memory plus headroom."""
     codes = _codes(findings)
+    if m.whole_node:
+        return []  # the node's memory is the job's whatever it asks
     alloc_per_node = m.mem_allocated_bytes / m.nnodes if m.mem_allocated_bytes else None
     factor = 1 + s.headroom_mem_pct / 100.0
     if Code.HOST_OUT_OF_MEMORY in codes:
@@ -293,10 +332,11 @@ def recommend(
     past: Sequence[PastJob] = (),
 ) -> tuple[Recommendation, ...]:
     """Every recommendation for a job, the ones that free GPU-hours first."""
+    gpus = recommend_gpus(job, m, findings, past)
     out = [
-        *recommend_gpus(job, m, findings, past),
+        *gpus,
         *recommend_mig(job, m, findings, past, s),
-        *recommend_cpus(job, m, findings, past, s),
+        *recommend_cpus(job, m, findings, past, s, _proposed_gpus(m, gpus)),
         *recommend_memory(job, m, findings, past, s),
         *recommend_time(job, m, findings, past, s),
     ]

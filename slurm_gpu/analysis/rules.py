@@ -38,6 +38,35 @@ def _diagnosable(m: JobMetrics) -> bool:
     return m.status is DataStatus.OK
 
 
+def grade_below(value: float, threshold: float, s: AnalysisSettings) -> Severity | None:
+    """The severity of a finding that fires when ``value`` falls below ``threshold``.
+
+    ``None`` at or above the threshold; ``info`` (a note, not a diagnosis: no recommendation
+    follows and it counts as no alarm) within ``near_threshold_band_pct`` of it; ``warning``
+    further below. A job at 24.99 % against a 25 % threshold is then no different in effect
+    from one at 25.00 %: both get no warning, and the first gets a note that names the line.
+    """
+    if value >= threshold:
+        return None
+    if value >= threshold * (1.0 - s.near_threshold_band_pct / 100.0):
+        return Severity.INFO
+    return Severity.WARNING
+
+
+def _ranks_share_gpu(m: JobMetrics, hostname: str) -> tuple[GpuMetrics, list[GpuMetrics]] | None:
+    """(the GPU several processes ran kernels on, the node's GPUs that held a context only),
+    or ``None``: several ranks on one GPU while other GPUs of the node sat idle with a context.
+    Needs a readable process list (``processes_known``) on that node."""
+    on_node = [g for g in m.gpus if g.hostname == hostname and g.enough_data]
+    if not on_node or not all(g.processes_known for g in on_node):
+        return None
+    shared = [g for g in on_node if g.used and g.max_processes >= 2]
+    context_only = [g for g in on_node if not g.used and g.process_seen]
+    if not shared or not context_only:
+        return None
+    return max(shared, key=lambda g: g.max_processes), context_only
+
+
 # --------------------------------------------------------------------------- data quality
 
 
@@ -87,14 +116,39 @@ def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findi
     for g in m.gpus:
         if g.used or not g.enough_data:
             continue
+        # 1 seen, 0 none seen, None: the node's process list could not be read.
+        seen: Number = int(g.process_seen) if g.process_seen or g.processes_known else None
         ev = {
             "duty_mean_pct": _r(g.duty_mean_pct),
-            "process_seen": int(g.process_seen),
+            "process_seen": seen,
             "gpu_hours_wasted": _r(hours, 3),
             "gpus_allocated": m.gpus_allocated,
             "gpus_used": m.gpus_used,
+            "whole_node": int(m.whole_node),
+            "ranks_share_gpu": int(_ranks_share_gpu(m, g.hostname) is not None),
         }
         out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
+    return out
+
+
+def ranks_share_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Several processes (ranks) ran their kernels on one GPU while the node's other allocated
+    GPUs only held a context: the ranks were not bound to their own GPUs."""
+    if not _diagnosable(m):
+        return []
+    out = []
+    for hostname in dict.fromkeys(g.hostname for g in m.gpus):
+        hit = _ranks_share_gpu(m, hostname)
+        if hit is None:
+            continue
+        shared, idle = hit
+        ev = {
+            "processes_on_busy_gpu": shared.max_processes,
+            "busy_gpu_duty_mean_pct": _r(shared.duty_mean_pct),
+            "gpus_context_only": len(idle),
+            "gpus_on_node": sum(1 for g in m.gpus if g.hostname == hostname),
+        }
+        out.append(Finding(Code.RANKS_SHARE_GPU, Severity.WARNING, ev, Scope.NODE, hostname))
     return out
 
 
@@ -106,9 +160,20 @@ def _edge(m: JobMetrics, s: AnalysisSettings, which: str) -> tuple[float, float]
     # The job's GPU work starts when its first GPU starts and ends when its last GPU ends.
     edge = min(values)
     pct = 100.0 * edge / m.elapsed_s
-    if edge >= s.idle_edge_min_s and pct >= s.idle_edge_min_pct:
+    # Long enough in absolute terms, or so large a share of a short job that the absolute
+    # floor would hide it (a 900 s job idle for its last 500 s).
+    long_enough = edge >= s.idle_edge_min_s or pct >= s.idle_edge_major_pct
+    if long_enough and pct >= s.idle_edge_min_pct:
         return edge, pct
     return None
+
+
+def _edge_thresholds(s: AnalysisSettings) -> dict[str, Number]:
+    return {
+        "idle_edge_min_s": s.idle_edge_min_s,
+        "idle_edge_min_pct": s.idle_edge_min_pct,
+        "idle_edge_major_pct": s.idle_edge_major_pct,
+    }
 
 
 def idle_head(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -120,6 +185,7 @@ def idle_head(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
         "idle_head_pct": _r(hit[1]),
         "elapsed_s": m.elapsed_s,
         "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+        **_edge_thresholds(s),
     }
     return [Finding(Code.IDLE_HEAD, Severity.WARNING, ev)]
 
@@ -133,6 +199,7 @@ def idle_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
         "idle_tail_pct": _r(hit[1]),
         "elapsed_s": m.elapsed_s,
         "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+        **_edge_thresholds(s),
     }
     return [Finding(Code.IDLE_TAIL, Severity.WARNING, ev)]
 
@@ -144,14 +211,16 @@ def time_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> li
     if m.time_limit_s is None or m.time_efficiency_pct is None:
         return []
     unused = m.time_limit_s - m.elapsed_s
-    if m.time_efficiency_pct >= s.time_used_max_pct or unused < s.time_unused_min_s:
+    severity = grade_below(m.time_efficiency_pct, s.time_used_max_pct, s)
+    if severity is None or unused < s.time_unused_min_s:
         return []
     ev = {
         "elapsed_s": m.elapsed_s,
         "time_limit_s": m.time_limit_s,
         "time_efficiency_pct": _r(m.time_efficiency_pct),
+        "time_used_max_pct": s.time_used_max_pct,
     }
-    return [Finding(Code.TIME_OVERREQUESTED, Severity.WARNING, ev)]
+    return [Finding(Code.TIME_OVERREQUESTED, severity, ev)]
 
 
 def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -159,16 +228,23 @@ def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> lis
     eff = m.cpu_efficiency_pct
     if m.status is DataStatus.TOO_SHORT or eff is None or m.cpu_used_s is None:
         return []
+    if m.whole_node:
+        return []  # the site gives whole nodes: asking for fewer cores changes nothing
     idle_cores = m.ncpus - m.cpu_used_s / m.elapsed_s
-    if eff >= s.cpu_efficiency_max_pct or idle_cores < s.cpu_idle_min_cores:
+    severity = grade_below(eff, s.cpu_efficiency_max_pct, s)
+    if severity is None or idle_cores < s.cpu_idle_min_cores:
         return []
+    # Mean and peak in one scope: cores busy on one node.
     ev = {
         "cpu_efficiency_pct": _r(eff, 2),
+        "cpu_efficiency_max_pct": s.cpu_efficiency_max_pct,
         "cpus_allocated": m.ncpus,
-        "cores_busy_mean": _r(m.cpu_used_s / m.elapsed_s, 2),
-        "cores_busy_peak": _r(m.host_cores_peak, 2),
+        "nodes": m.nnodes,
+        "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node, 2),
+        "cores_busy_mean_per_node": _r(m.cores_busy_mean_per_node, 2),
+        "cores_busy_peak_per_node": _r(m.host_cores_peak, 2),
     }
-    return [Finding(Code.CPU_OVERREQUESTED, Severity.WARNING, ev)]
+    return [Finding(Code.CPU_OVERREQUESTED, severity, ev)]
 
 
 def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -176,6 +252,8 @@ def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
     eff = m.mem_efficiency_pct
     if m.status is DataStatus.TOO_SHORT or eff is None or job.state == "OUT_OF_MEMORY":
         return []
+    if m.whole_node:
+        return []  # the site gives whole nodes: asking for less memory changes nothing
     assert m.mem_allocated_bytes is not None and m.mem_used_bytes is not None
     used = m.mem_used_bytes
     if m.host_rss_peak_bytes is not None:
@@ -186,17 +264,20 @@ def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
         eff = max(eff, 100.0 * m.host_rss_peak_bytes / per_node)
         if per_node - m.host_rss_peak_bytes < s.mem_unused_min_bytes:
             return []
-    if eff >= s.mem_efficiency_max_pct:
+    severity = grade_below(eff, s.mem_efficiency_max_pct, s)
+    if severity is None:
         return []
     if m.mem_allocated_bytes - used < s.mem_unused_min_bytes:
         return []
     ev = {
         "mem_efficiency_pct": _r(m.mem_efficiency_pct, 2),
+        "mem_efficiency_judged_pct": _r(eff, 2),
+        "mem_efficiency_max_pct": s.mem_efficiency_max_pct,
         "mem_used_bytes": m.mem_used_bytes,
         "host_rss_peak_bytes": m.host_rss_peak_bytes,
         "mem_allocated_bytes": m.mem_allocated_bytes,
     }
-    return [Finding(Code.MEMORY_OVERREQUESTED, Severity.WARNING, ev)]
+    return [Finding(Code.MEMORY_OVERREQUESTED, severity, ev)]
 
 
 def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -226,8 +307,13 @@ def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Fi
 
 def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     duty = _used_duty(m, s)
-    if duty is None or duty >= s.low_duty_pct:
+    if duty is None or duty >= s.dataloader_max_duty_pct:
         return False
+    if duty >= s.low_duty_pct:
+        # Moderate duty: GPU stalls that coincide with pinned cores. Without a timeline
+        # nothing says they coincide, so no finding.
+        strict = m.stall_share_strict_pct
+        return strict is not None and strict >= s.stall_share_pct
     if m.stall_share_pct is not None:
         return m.stall_share_pct >= s.stall_share_pct
     # No timeline: saturated cores over the whole job are the only (weaker) sign.
@@ -246,8 +332,10 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
     """The GPUs wait while the job's CPUs are saturated: data loading is the bottleneck."""
     if not _diagnosable(m) or not _input_bound(m, s):
         return []
+    moderate = (_used_duty(m, s) or 0.0) >= s.low_duty_pct
     ev = {
-        "stall_share_pct": _r(m.stall_share_pct),
+        "stall_share_pct": _r(m.stall_share_strict_pct if moderate else m.stall_share_pct),
+        "stall_share_min_pct": s.stall_share_pct,
         "duty_mean_pct": _r(_used_duty(m, s)),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "cpus_per_gpu": _r(m.cpus_per_gpu),
@@ -286,13 +374,25 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         and max(idle) <= s.steady_max_idle_pct
     )
     sm_mean = sum(sm) / len(sm) if sm else None
-    tiny_kernels = sm_mean is not None and duty >= s.low_duty_pct and sm_mean < s.low_sm_active_pct
+    power = [g.power_mean_of_limit_pct for g in used if g.power_mean_of_limit_pct is not None]
+    power_mean = sum(power) / len(power) if power else None
+    busy = duty >= s.low_duty_pct
+    # Busy but nearly empty: SM activity where the GPU reports it; otherwise (no DCGM/GPM
+    # profiling) power drawn against the limit is the proxy, and the evidence says which.
+    if sm_mean is not None:
+        tiny_kernels = busy and sm_mean < s.low_sm_active_pct
+    else:
+        tiny_kernels = busy and power_mean is not None and power_mean < s.busy_low_power_pct
     if not (steady_low or tiny_kernels):
         return []
     ev = {
         "duty_mean_pct": _r(duty),
         "memory_peak_pct": _r(max(peaks)) if peaks else None,
         "sm_active_mean_pct": _r(sm_mean),
+        "low_sm_active_pct": s.low_sm_active_pct,
+        "power_mean_of_limit_pct": _r(power_mean),
+        "busy_low_power_pct": s.busy_low_power_pct,
+        "busy_nearly_empty": int(tiny_kernels),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
     }
     return [Finding(Code.LOW_PARALLELISM, Severity.WARNING, ev)]
@@ -454,6 +554,7 @@ RULES: Sequence[Rule] = (
     node_record_missing,
     gpu_lost,
     gpu_unused,
+    ranks_share_gpu,
     idle_head,
     idle_tail,
     dataloader_bound,

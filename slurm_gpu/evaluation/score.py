@@ -225,7 +225,19 @@ def markdown(held_out: Evaluation, tuning: Evaluation, settings_note: str = "") 
         "GPU); `site` is throttling and hardware errors, reported to the site, not the user.",
         "Cause 7 (lack of monitoring) is the product itself: it is scored as the share of",
         "reports that name a profiler command, and `LOW_UTILIZATION_UNEXPLAINED` findings",
-        "count against precision.",
+        "count against precision. Findings of severity info (a value within",
+        "`near_threshold_band_pct` of its threshold) are notes, not predictions.",
+        "",
+        "What the engine cannot tell from the signals it has (`docs/analysis.md`): GPU stalls",
+        "and busy cores are correlated on the downsampled timeline, not at the sampling",
+        "resolution; without SM activity, a busy-but-nearly-empty GPU is judged by power",
+        "alone (memory bandwidth is not in the record); an unreadable process list is told",
+        'from "no process" only on a node where some GPU ran kernels; a whole-node',
+        "allocation is seen from `exclusive_partitions` or from more allocated than requested",
+        "CPUs or memory, not when the request was a whole node; steps, their exit codes and",
+        "node failures are not used yet; recurring mid-job idle phases and ragged tails are",
+        "not detected. The corpus has no task-farm, MPI-rank-binding or whole-node patterns",
+        "yet: the unit tests `tests/unit/test_diagnosis_real_cases.py` cover those shapes.",
     ]
     if settings_note:
         out += ["", settings_note]

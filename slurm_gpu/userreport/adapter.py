@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from slurm_gpu.analysis.findings import sbatch_flag
 from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
 from slurm_gpu.userreport import fmt
 from slurm_gpu.userreport.model import (
@@ -241,16 +242,17 @@ def with_telemetry(
 
 def recommendation_from_mapping(rec: Mapping[str, Any]) -> RecommendationView:
     """A stored recommendation (``Recommendation.to_dict()``) for display."""
-    option = str(rec.get("option") or "").replace("_", "-")
+    lines = tuple(str(x) for x in rec.get("sbatch_lines") or ())
+    option = sbatch_flag(str(rec["option"]), lines) if rec.get("option") else ""
     current, proposed = rec.get("current"), rec.get("proposed")
     if option and proposed:
-        text = f"--{option}: {current} -> {proposed}" if current else f"--{option}: {proposed}"
+        text = f"{option}: {current} -> {proposed}" if current else f"{option}: {proposed}"
     else:
         text = ""
     saved = rec.get("gpu_hours_saved")
     return RecommendationView(
         text=text,
-        sbatch_lines=tuple(str(x) for x in rec.get("sbatch_lines") or ()),
+        sbatch_lines=lines,
         gpu_hours_saved=float(saved) if isinstance(saved, int | float) else None,
     )
 

@@ -105,6 +105,10 @@ def _scenarios() -> list[Finding]:
         ),
         (job(), [node([gpu(duty=20.0, mem_frac=0.1)])]),
         (job(), [node([gpu(duty=[0.0] * 55 + [95.0] * 45, mem_frac=0.7)])]),
+        (
+            job(gpus=2),
+            [node([gpu("GPU-a", max_processes=4), gpu("GPU-b", duty=0.0, mem_frac=0.005)])],
+        ),
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
