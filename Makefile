@@ -2,7 +2,7 @@
 #
 #   make demo      install what is needed, start the local cluster, run the demo jobs
 #   make test      install what is needed, start the local cluster, run unit + cluster tests
-#   make lint      ruff, mypy and shellcheck
+#   make lint      ruff, mypy, the layering contracts (import-linter) and shellcheck
 #   make deps | venv | cluster-up | cluster-down | bench
 #
 # Targets run their prerequisites in order (never in parallel): the cluster needs the venv
@@ -60,6 +60,7 @@ lint: venv
 	$(VENV)/bin/ruff check . || status=1; \
 	$(VENV)/bin/ruff format --check . || status=1; \
 	$(VENV)/bin/mypy || status=1; \
+	$(VENV)/bin/lint-imports || status=1; \
 	if command -v shellcheck >/dev/null; then \
 	    echo "shellcheck $(SHELL_SCRIPTS)"; shellcheck $(SHELL_SCRIPTS) || status=1; \
 	else echo "make: shellcheck is not installed (make deps); shell scripts not checked" >&2; fi; \

@@ -40,12 +40,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slurm_gpu import spool
 from slurm_gpu.accounting.runner import CommandResult, SubprocessRunner
 from slurm_gpu.accounting.sacct import DELIM, SACCT_ENV, SacctSource, build_argv
-from slurm_gpu.aggregate import distribution_of as dist
+from slurm_gpu.capture import spool
+from slurm_gpu.capture.aggregate import distribution_of as dist
 from slurm_gpu.collector import Collector, CollectorOptions
 from slurm_gpu.config import parse_settings
+from slurm_gpu.jobreport.prerender import ReportPrerenderer
 from slurm_gpu.records import (
     GpuInfo,
     GpuSummary,
@@ -54,7 +55,6 @@ from slurm_gpu.records import (
     TimelinePoint,
 )
 from slurm_gpu.store import Store
-from slurm_gpu.userreport.prerender import ReportPrerenderer
 
 T0 = 1_790_000_000.0
 HOUR = 3600.0

@@ -25,11 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_gpu.aggregate import NodeAggregator
-from slurm_gpu.config import load_settings
-from slurm_gpu.hooks.epilog import recover_record, stop_sampler
-from slurm_gpu.records import GpuProcess, GpuSample, HostSample
-from slurm_gpu.spool import (
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.spool import (
     JobSpool,
     SpoolHeader,
     SpoolWriter,
@@ -37,7 +34,10 @@ from slurm_gpu.spool import (
     write_pidfile,
     write_state,
 )
-from slurm_gpu.telemetry.virtual import create_gpus
+from slurm_gpu.config import load_settings
+from slurm_gpu.hooks.epilog import recover_record, stop_sampler
+from slurm_gpu.records import GpuProcess, GpuSample, HostSample
+from slurm_gpu.telemetry.virtual_device import create_gpus
 
 GPUS = 8
 INTERVAL_S = 10.0
@@ -46,9 +46,9 @@ HOST = "bench"
 SERVE = """
 import os
 import sys
-from slurm_gpu.aggregate import NodeAggregator
-from slurm_gpu.sampler import Sampler, SamplerOptions, _signal_waiter
-from slurm_gpu.spool import read_state
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.sampler import Sampler, SamplerOptions, _signal_waiter
+from slurm_gpu.capture.spool import read_state
 from slurm_gpu.telemetry.virtual import VirtualGpuSource
 wait = _signal_waiter()
 spool, vdir, _flag, job, uuids = sys.argv[1:6]

@@ -31,9 +31,9 @@ WEEK_S = 7 * 86400.0
 
 _CHILD = r"""
 import json, resource, sys, time
-from slurm_gpu.report.aggregate import build_report
-from slurm_gpu.report.model import Period
-from slurm_gpu.report.render import render_html
+from slurm_gpu.weekly.aggregate import build_report
+from slurm_gpu.weekly.model import Period
+from slurm_gpu.weekly.render import render_html
 from slurm_gpu.store.store import Store
 url, since = sys.argv[1], float(sys.argv[2])
 t0 = time.perf_counter()

@@ -6,7 +6,7 @@ Two measurements:
    line) repeated many times; CPU time (``time.process_time``) per GPU-sample, GPUs only, with
    the host read of a fake 4-process job (the /proc method, as under ``proctrack/linuxproc``),
    and while no job process exists yet (probing every reading); the checkpoint cost.
-2. A real ``python -m slurm_gpu.sampler`` process: the one-off CPU of a whole short life
+2. A real ``python -I -m slurm_gpu.hooks.sampler`` process: the one-off CPU of a whole short life
    (start-up, one reading, seal, exit) measured apart from its steady-state CPU per
    GPU-sample (the CPU between two points in time, divided by the readings between them), and
    its VmHWM (peak resident memory).
@@ -28,10 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_gpu.hostsample import AutoHostSampler
-from slurm_gpu.sampler import Sampler, SamplerOptions
-from slurm_gpu.spool import JobSpool, read_record
-from slurm_gpu.telemetry.virtual import VirtualGpuSource, create_gpus
+from slurm_gpu.capture.hostsample import AutoHostSampler
+from slurm_gpu.capture.sampler import Sampler, SamplerOptions
+from slurm_gpu.capture.spool import JobSpool, read_record
+from slurm_gpu.telemetry.virtual import VirtualGpuSource
+from slurm_gpu.telemetry.virtual_device import create_gpus
 
 GPUS = 8
 READINGS = 3000
@@ -114,7 +115,7 @@ def _config(tmp: Path, vdir: Path, interval: float) -> Path:
 
 
 def _cmd(cfg: Path, job: str, uuids: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "slurm_gpu.sampler", "--config", str(cfg), "--job-id", job]
+    cmd = [sys.executable, "-m", "slurm_gpu.hooks.sampler", "--config", str(cfg), "--job-id", job]
     return [*cmd, "--gpus", ",".join(uuids), "--hostname", "bench"]
 
 

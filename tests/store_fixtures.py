@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from slurm_gpu.aggregate import distribution_of as dist
+from slurm_gpu.capture.aggregate import distribution_of as dist
 from slurm_gpu.records import (
     GpuInfo,
     GpuSummary,

@@ -158,7 +158,7 @@ def report_prerenderer(settings: Settings, store: Any) -> Any:
     SQLite store), else ``None``."""
     if not settings.gpueff.cache_reports:
         return None
-    from slurm_gpu.userreport.prerender import ReportPrerenderer
+    from slurm_gpu.jobreport.prerender import ReportPrerenderer
 
     prerenderer = ReportPrerenderer(settings, store)
     return prerenderer if prerenderer.enabled else None

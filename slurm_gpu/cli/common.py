@@ -15,7 +15,7 @@ from typing import NoReturn, TypeVar
 
 import click
 
-from slurm_gpu.config import Settings, load_settings, must_be_trusted
+from slurm_gpu.config import Settings, load_settings, must_be_trusted  # noqa: TID251 (a composition root reads the config)
 from slurm_gpu.errors import SlurmGpuError
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 Runs as the calling user. A job is shown only when Slurm accounting, asked *as that user*,
 returns it, so Slurm's ``PrivateData`` decides what is visible; the one exception is the
 caller's own settled job found in the store, which Slurm always shows its owner, so asking
-adds nothing (``userreport.service.answer_from_store``). Exit codes: ``docs/cli.md``.
+adds nothing (``jobreport.service.answer_from_store``). Exit codes: ``docs/cli.md``.
 
 Kept light on purpose: the store, the spool and the accounting adapter are imported only when
 a job needs them, and nothing here imports pandas or matplotlib.
@@ -49,14 +49,14 @@ def _parse_since(text: str, now_s: float) -> float:
 
 def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, Any]:
     """(settings, accounting source, telemetry reader): injected by tests, else the real ones."""
-    from slurm_gpu.config import load_settings
+    from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
 
     injected = (ctx.obj or {}).get(BACKENDS_KEY)
     settings = load_settings(config_path)
     if injected is not None:
         accounting, reader = injected
         return settings, accounting, reader
-    from slurm_gpu.userreport.readers import make_accounting, make_reader
+    from slurm_gpu.jobreport.readers import make_accounting, make_reader
 
     return settings, make_accounting(settings), make_reader(settings)
 
@@ -71,7 +71,7 @@ def _run(
     colour: bool | None,
     config_path: str | None,
 ) -> None:
-    from slurm_gpu.userreport import service
+    from slurm_gpu.jobreport import service
 
     if job_ids and (user or since):
         raise UsageError(
@@ -105,8 +105,8 @@ def _run(
     renderer = None
     use_colour = False
     if not as_json:
-        from slurm_gpu.userreport import output
-        from slurm_gpu.userreport.terminal import TerminalRenderer
+        from slurm_gpu.jobreport import output
+        from slurm_gpu.jobreport.terminal import TerminalRenderer
 
         use_colour = output.use_colour(colour)
         renderer = TerminalRenderer(
@@ -120,7 +120,7 @@ def _run(
     if not job_ids:
         reports = pending.finish(min_elapsed_s=min_elapsed_s)
         if as_json:
-            from slurm_gpu.userreport.jsonout import document
+            from slurm_gpu.jobreport.jsonout import document
 
             click.echo(json.dumps(document(reports), indent=2))
         elif not reports:
@@ -132,7 +132,7 @@ def _run(
 
     found = pending.finish(min_elapsed_s=min_elapsed_s)
     if as_json:
-        from slurm_gpu.userreport.jsonout import document
+        from slurm_gpu.jobreport.jsonout import document
 
         flat = [r for _, group in found.groups for r in group]
         click.echo(json.dumps(document(flat, found.missing), indent=2))

@@ -35,8 +35,8 @@ def _cached(settings: Settings, args: list[str], uid: int) -> str | None:
     path = sqlite_path(settings.store_url)
     if path is None:
         return None
-    from slurm_gpu.userreport.reportcache import read_cached, render_key
-    from slurm_gpu.userreport.tty import use_colour
+    from slurm_gpu.jobreport.reportcache import read_cached, render_key
+    from slurm_gpu.jobreport.tty import use_colour
 
     texts = read_cached(path, args, uid, render_key(settings.gpueff), colour=use_colour(None))
     # As ``output.render_groups`` joins single-job reports.
@@ -55,16 +55,16 @@ def fast_path(args: list[str]) -> str | None:
     if os.environ.get("SLURM_GPU_DEBUG") == "1":
         return None
     try:
-        from slurm_gpu.config import load_settings
+        from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
 
         settings = load_settings(config_path)
         cached = _cached(settings, args, uid)
         if cached is not None:
             return cached
 
-        from slurm_gpu.userreport import output, service
-        from slurm_gpu.userreport.readers import make_reader
-        from slurm_gpu.userreport.terminal import TerminalRenderer
+        from slurm_gpu.jobreport import output, service
+        from slurm_gpu.jobreport.readers import make_reader
+        from slurm_gpu.jobreport.terminal import TerminalRenderer
 
         reader = make_reader(settings)
         pending = service.start_lookup(args, service.NoAccounting(), reader, caller_uid=uid)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from slurm_gpu.config import DEFAULT_PATH, ENV_VAR, load_settings
+from slurm_gpu.config import DEFAULT_PATH, ENV_VAR, load_settings  # noqa: TID251 (a composition root reads the config)
 from slurm_gpu.errors import ConfigError, UsageError
 from slurm_gpu.hooks.common import render_wrapper, wrapper_template
 

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import click
 
-from slurm_gpu.config import Settings, load_settings
+from slurm_gpu.config import Settings, load_settings  # noqa: TID251 (a composition root reads the config)
 from slurm_gpu.errors import ConfigError, MailError, SlurmGpuError, UsageError
 from slurm_gpu.notify.slurmcall import (
     SAFE_PATH,
@@ -108,16 +108,16 @@ def _state_path(settings: Settings) -> str:
 
 def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
     """The real notifier: accounting as SlurmUser, the store, the configured transport."""
+    from slurm_gpu.jobreport.readers import StoreAndSpoolReader, make_accounting
     from slurm_gpu.notify.message import MailContext, MessageBuilder
     from slurm_gpu.notify.service import Notifier, NotifyOptions
     from slurm_gpu.notify.state import MailState
     from slurm_gpu.notify.transport import open_mailer
-    from slurm_gpu.userreport.readers import StoreAndSpoolReader, make_accounting
 
     m = settings.mail
     charts = None
     if m.charts:
-        from slurm_gpu.charts.mail import charts_for
+        from slurm_gpu.jobreport.charts import charts_for
 
         charts = charts_for
     builder = MessageBuilder(

@@ -83,7 +83,7 @@ def send_report_mail(settings: Settings, subject: str, text: str, html: str) -> 
             hint="set report.admin_emails in the configuration",
         )
     from slurm_gpu.notify.transport import open_mailer
-    from slurm_gpu.report.mailout import build_message
+    from slurm_gpu.weekly.mailout import build_message
 
     msg = build_message(
         subject=subject,
@@ -141,9 +141,9 @@ def weekly(
     Jobs count in the period in which they ended. Reads the store named by [store] url.
     """
     # Heavy imports (pandas, matplotlib) only when the report is actually made.
-    from slurm_gpu.report.aggregate import ReportOptions, build_report, last_full_week
-    from slurm_gpu.report.model import Period
     from slurm_gpu.store.store import Store
+    from slurm_gpu.weekly.aggregate import ReportOptions, build_report, last_full_week
+    from slurm_gpu.weekly.model import Period
 
     settings = settings_from(ctx)
     since_s = _parse_date(since, "--since")
@@ -170,8 +170,8 @@ def weekly(
     with Store.open(settings.store_url, migrate=False) as store:
         report = build_report(store.engine, period, options)
 
-    from slurm_gpu.report.jsonout import render_json
-    from slurm_gpu.report.render import render_html, render_text
+    from slurm_gpu.weekly.jsonout import render_json
+    from slurm_gpu.weekly.render import render_html, render_text
 
     html = render_html(report, template_dir=rs.template_dir) if fmt == "html" or mail else ""
     body = html if fmt == "html" else render_json(report)

@@ -20,7 +20,7 @@ def cli() -> None:
 @click.pass_context
 def run(ctx: click.Context, job_id: str, gpus: str, uid: int | None, cores: int | None) -> None:
     """Sample until SIGTERM, then seal the record (exit 1 if it could not be sealed)."""
-    from slurm_gpu.sampler import main
+    from slurm_gpu.hooks.sampler import main
 
     argv = ["--job-id", job_id, "--gpus", gpus]
     if uid is not None:

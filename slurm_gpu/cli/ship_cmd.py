@@ -16,7 +16,7 @@ def cli(ctx: click.Context) -> None:
     Exit 0 when every record was shipped, 1 when some could not be (they stay in the spool and
     are tried again next time).
     """
-    from slurm_gpu.ship import ship
+    from slurm_gpu.capture.ship import ship
 
     settings = settings_from(ctx, trusted=True)
     if not settings.paths.inbox_dir:

@@ -83,8 +83,8 @@ def reports(ctx: click.Context, limit: int) -> None:
     [gpueff] settings or the release, or for jobs stored before the cache existed, so that
     gpueff answers those from one read again. Needs [gpueff] cache_reports and a SQLite store.
     """
+    from slurm_gpu.jobreport.prerender import ReportPrerenderer
     from slurm_gpu.store import Store
-    from slurm_gpu.userreport.prerender import ReportPrerenderer
 
     settings = settings_from(ctx)
     with Store.open(settings.store_url, migrate=False) as store:

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from slurm_gpu.telemetry.virtual import DEFAULT_MODEL, MODELS, VirtualGpuSource, create_gpus
+from slurm_gpu.telemetry.virtual import VirtualGpuSource
+from slurm_gpu.telemetry.virtual_device import DEFAULT_MODEL, MODELS, create_gpus
 
 
 @click.group("vgpu")

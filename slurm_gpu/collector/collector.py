@@ -86,13 +86,13 @@ class CommentPublisher(Protocol):
 
 class ReportPublisher(Protocol):
     """Renders stored jobs' ``gpueff`` reports into the store
-    (``slurm_gpu.userreport.prerender``); never raises, returns how many were written."""
+    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written."""
 
     def publish(self, jobs: Sequence[JobRecord]) -> int: ...
 
 
 class SealedLike(Protocol):
-    """A sealed record's location (``slurm_gpu.spool.SealedRecord``)."""
+    """A sealed record's location (``slurm_gpu.capture.spool.SealedRecord``)."""
 
     @property
     def job_id(self) -> str: ...
@@ -103,7 +103,7 @@ class SealedLike(Protocol):
 
 
 class RecordReader(Protocol):
-    """The spool's read side (``slurm_gpu.spool``)."""
+    """The spool's read side (``slurm_gpu.capture.spool``)."""
 
     def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]: ...
 
@@ -115,13 +115,13 @@ class _SpoolModule:
     inbox that nodes ship into): under each of ``roots`` (the spool or inbox, and the state
     directory) every component is opened with ``O_NOFOLLOW`` from the root's descriptor, only
     regular files are listed and read, and a read stops at ``MAX_RECORD_BYTES``. The format
-    itself is ``slurm_gpu.spool``'s."""
+    itself is ``slurm_gpu.capture.spool``'s."""
 
     def __init__(self, roots: Sequence[str] = ()) -> None:
         self.roots = tuple(r.rstrip("/") or "/" for r in roots)
 
     def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]:
-        from slurm_gpu.spool import SealedRecord
+        from slurm_gpu.capture.spool import SealedRecord
 
         out: list[SealedLike] = []
         try:
@@ -146,7 +146,7 @@ class _SpoolModule:
         return out
 
     def read_record(self, path: str) -> NodeRecord:
-        from slurm_gpu import spool
+        from slurm_gpu.capture import spool
 
         try:
             parent, name = _open_parent(path, self.roots)

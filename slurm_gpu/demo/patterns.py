@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slurm_gpu.errors import UsageError
-from slurm_gpu.telemetry.virtual import VirtualGpuDevice
+from slurm_gpu.telemetry.virtual_device import VirtualGpuDevice
 
 GIB = 1024**3
 

@@ -245,8 +245,8 @@ def _record(echo: Echo, settings: Settings, jobs: list[Submitted], directory: Pa
     from datetime import UTC, datetime
 
     from slurm_gpu.accounting import open_accounting
+    from slurm_gpu.capture.spool import decode_record
     from slurm_gpu.evaluation.recorded import analysis_overrides, dump_trace, write_trace
-    from slurm_gpu.spool import decode_record
 
     accounting = open_accounting(settings).get_jobs([j.job_id for j in jobs])
     version = subprocess.run(["sinfo", "-V"], capture_output=True, text=True, check=False)

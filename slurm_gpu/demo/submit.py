@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_gpu.capture.spool import list_sealed, read_record
 from slurm_gpu.errors import SlurmGpuError, SpoolFormatError, UsageError
 from slurm_gpu.records import GpuSummary, HostSummary, NodeRecord
 from slurm_gpu.resources import data_dir
-from slurm_gpu.spool import list_sealed, read_record
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

@@ -11,7 +11,7 @@ sampler and the epilog.
 File format (JSON object): ``format`` (``FORMAT``), ``pattern``, ``labels`` (causes, 1-7 or
 ``"site"``), ``expected_codes``, ``analysis`` (threshold overrides), ``recorded`` (how and
 when), ``job`` (``JobRecord``) and ``nodes`` (``NodeRecord`` list), both in the project's record
-encoding (``slurm_gpu.recordcodec``).
+encoding (``slurm_gpu.capture.recordcodec``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_gpu.capture.recordcodec import from_jsonable, to_jsonable
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.errors import SpoolFormatError
 from slurm_gpu.evaluation.score import Evaluation, TraceResult, evaluate_trace, score
 from slurm_gpu.evaluation.traces import EXPECTED_CODE, LABELS, TOLERATED, Trace
-from slurm_gpu.recordcodec import from_jsonable, to_jsonable
 from slurm_gpu.records import JobRecord, NodeRecord
 
 FORMAT = "slurm-gpu-recorded-trace/1"

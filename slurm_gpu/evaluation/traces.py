@@ -2,7 +2,7 @@
 
 Each trace is a ``JobRecord`` plus the ``NodeRecord`` of every node, built the way production
 builds them: a stream of ``GpuSample`` and ``HostSample`` readings folded through the sampler's
-own streaming aggregates (``slurm_gpu.aggregate.NodeAggregator``). Parameters vary per trace
+own streaming aggregates (``slurm_gpu.capture.aggregate.NodeAggregator``). Parameters vary per trace
 (job length, reading interval, GPU and node count, GPU model, noise, which optional metrics the
 GPU reports), all drawn from one seeded ``random.Random`` so a seed names a corpus exactly.
 """
@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.capture.aggregate import NodeAggregator
 from slurm_gpu.records import (
     GpuInfo,
     GpuProcess,

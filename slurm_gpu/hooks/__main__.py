@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(int(DEFAULT_TIMEOUT_S))
     log = None
     try:
-        from slurm_gpu.config import config_path, load_settings
+        from slurm_gpu.config import config_path, load_settings  # noqa: TID251 (a composition root reads the config)
 
         try:
             settings = load_settings(trusted=True)

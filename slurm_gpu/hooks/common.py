@@ -171,7 +171,7 @@ def job_stepd_running(job_id: str, proc_root: str = "/proc") -> bool:
 
 def job_cgroup_populated(job_id: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
     """Whether the job's cgroup v2 directory (root-owned) holds a process."""
-    from slurm_gpu.hostsample import find_cgroup2_dir
+    from slurm_gpu.capture.hostsample import find_cgroup2_dir
 
     found = find_cgroup2_dir(cgroup_root, job_id)
     if found is None:

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from slurm_gpu.capture.spoolpaths import JobSpool, owner_file, process_start_ticks, read_pidfile
 from slurm_gpu.hooks.common import JobEnv, is_alive, read_cmdline
-from slurm_gpu.spoolpaths import JobSpool, owner_file, process_start_ticks, read_pidfile
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
@@ -35,9 +35,12 @@ log = logging.getLogger("slurm_gpu.hooks.epilog")
 POLL_S = 0.01
 #: Longest single wait on the sampler's pidfd before looking at /proc again.
 PIDFD_WAIT_S = 0.1
-#: What the sampler's command line holds (``slurm_gpu.sampler.CMDLINE_MARKER``, not imported
+#: What the sampler's command line holds (``slurm_gpu.hooks.sampler.CMDLINE_MARKER``, not imported
 #: here to keep the epilog's imports small; a unit test checks they agree).
-CMDLINE_MARKER = "slurm_gpu.sampler"
+CMDLINE_MARKER = "slurm_gpu.hooks.sampler"
+#: Samplers started by a release before the capture package ran as ``-m slurm_gpu.sampler``:
+#: an epilog after an upgrade still stops them.
+LEGACY_CMDLINE_MARKERS = ("slurm_gpu.sampler",)
 
 
 def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
@@ -46,7 +49,8 @@ def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
     if start_ticks is not None and process_start_ticks(pid) != start_ticks:
         return False
     argv = read_cmdline(pid)
-    if not any(CMDLINE_MARKER in a for a in argv):
+    markers = (CMDLINE_MARKER, *LEGACY_CMDLINE_MARKERS)
+    if not any(m in a for a in argv for m in markers):
         return False
     return any(a == "--job-id" and b == job_id for a, b in itertools.pairwise(argv))
 
@@ -127,10 +131,10 @@ def recover_record(paths: JobSpool, settings: Settings, reason: str) -> str:
     naming the job's GPUs is sealed, so an allocated-but-unobserved GPU still reaches the
     collector. Returns what was done.
     """
-    from slurm_gpu.aggregate import NodeAggregator
+    from slurm_gpu.capture.aggregate import NodeAggregator
+    from slurm_gpu.capture.spool import iter_readings, read_header, read_state, write_record
     from slurm_gpu.errors import SpoolFormatError
     from slurm_gpu.records import GpuInfo
-    from slurm_gpu.spool import iter_readings, read_header, read_state, write_record
 
     notes = [reason, "recovered"]
     agg: NodeAggregator | None = None

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from slurm_gpu.capture.spool import JobSpool, write_atomic, write_pidfile
+from slurm_gpu.capture.spoolpaths import OWNERS_DIR, owner_file
 from slurm_gpu.config import Settings
 from slurm_gpu.hooks.common import JobEnv, job_still_running, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
-from slurm_gpu.spool import JobSpool, write_atomic, write_pidfile
-from slurm_gpu.spoolpaths import OWNERS_DIR, owner_file
 
 log = logging.getLogger("slurm_gpu.hooks.prolog")
 
@@ -97,7 +97,7 @@ def sampler_command(
 ) -> list[str]:
     """The sampler's argv, with the absolute interpreter that runs this hook."""
     # -I: the sampler runs as root; nothing from the caller's cwd or environment may steer it.
-    cmd = [sys.executable, "-I", "-m", "slurm_gpu.sampler", "--job-id", str(env.job_id)]
+    cmd = [sys.executable, "-I", "-m", "slurm_gpu.hooks.sampler", "--job-id", str(env.job_id)]
     cmd += ["--gpus", ",".join(uuids), "--hostname", hostname]
     if env.uid is not None:
         cmd += ["--uid", str(env.uid)]
@@ -186,7 +186,7 @@ def start_sampler_systemd(cmd: list[str], job_id: str) -> int | None:
     """Start ``slurm-gpu-sampler@<job>.service`` with the sampler's arguments in its
     environment file (see share/systemd). The unit's process writes its own pid file, so this
     returns ``None``."""
-    args = cmd[cmd.index("slurm_gpu.sampler") + 1 :]
+    args = cmd[cmd.index("slurm_gpu.hooks.sampler") + 1 :]
     os.makedirs(SYSTEMD_ENV_DIR, mode=0o700, exist_ok=True)
     env_line = "SAMPLER_ARGS=" + " ".join(args) + "\n"
     write_atomic(os.path.join(SYSTEMD_ENV_DIR, f"sampler-{job_id}.env"), env_line.encode())

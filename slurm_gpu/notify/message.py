@@ -29,9 +29,9 @@ from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
 from slurm_gpu.errors import MailError
-from slurm_gpu.userreport import fmt
-from slurm_gpu.userreport.model import JobReport
-from slurm_gpu.userreport.templating import environment
+from slurm_gpu.jobreport import fmt
+from slurm_gpu.jobreport.model import JobReport
+from slurm_gpu.jobreport.templating import environment
 
 #: SMTP policy (CRLF line endings) that also refuses header values with line breaks.
 POLICY = email.policy.SMTP.clone(raise_on_defect=True, max_line_length=78)

@@ -17,12 +17,12 @@ from enum import StrEnum
 
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.errors import StoreNotCreatedError
+from slurm_gpu.jobreport.model import JobReport, Telemetry
+from slurm_gpu.jobreport.service import TelemetryReader, report_for
 from slurm_gpu.notify.message import MessageBuilder, recipient_address
 from slurm_gpu.notify.state import MailState, PendingMail
 from slurm_gpu.notify.transport import Mailer
 from slurm_gpu.records import JobRecord
-from slurm_gpu.userreport.model import JobReport, Telemetry
-from slurm_gpu.userreport.service import TelemetryReader, report_for
 
 #: SLURM_JOB_MAIL_TYPE values (Slurm writes "Ended"/"Failed"; --mail-type spells END/FAIL).
 ENRICHED_MAIL_TYPES = frozenset({"END", "ENDED", "FAIL", "FAILED"})

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
+from slurm_gpu.capture.recordcodec import build_points
 from slurm_gpu.errors import StoreError
-from slurm_gpu.recordcodec import build_points
 from slurm_gpu.records import Distribution, TimelinePoint
 
 _VERSION = 1

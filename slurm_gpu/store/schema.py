@@ -248,7 +248,7 @@ job_reports = Table(
     # The id as a user types it for this one job: ``1234``, ``1234_7`` (array task) or
     # ``1234+0`` (het component); what ``gpueff``'s cached path looks up.
     Column("typed_id", String(64), nullable=False),
-    # ``slurm_gpu.userreport.reportcache.render_key`` of the release, templates and settings
+    # ``slurm_gpu.jobreport.reportcache.render_key`` of the release, templates and settings
     # that rendered the texts; a reader with another key renders afresh.
     Column("render_key", String(64), nullable=False),
     # ``gpueff``'s terminal report of the job, without and with colour.

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 
 import gpueff_factory as F
 
-from slurm_gpu.charts.mail import charts_for
+from slurm_gpu.jobreport import adapter
+from slurm_gpu.jobreport.charts import charts_for
+from slurm_gpu.jobreport.model import FindingView, RecommendationView
 from slurm_gpu.notify.message import MailContext, MessageBuilder
-from slurm_gpu.userreport import adapter
-from slurm_gpu.userreport.model import FindingView, RecommendationView
 
 pytestmark = pytest.mark.browser
 

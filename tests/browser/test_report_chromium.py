@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import gen_week
 from test_report_aggregate import hand_rows
 
-from slurm_gpu.report.aggregate import ReportOptions, build_report
-from slurm_gpu.report.model import Period
-from slurm_gpu.report.render import render_html
 from slurm_gpu.store.store import Store
+from slurm_gpu.weekly.aggregate import ReportOptions, build_report
+from slurm_gpu.weekly.model import Period
+from slurm_gpu.weekly.render import render_html
 
 pytestmark = pytest.mark.browser
 

@@ -20,8 +20,8 @@ import slurmtools
 from reportseff import job as reportseff_job
 
 from slurm_gpu.accounting.admincomment import build_summary
+from slurm_gpu.capture.spool import list_sealed
 from slurm_gpu.config import load_settings
-from slurm_gpu.spool import list_sealed
 from slurm_gpu.store import Store
 
 pytestmark = pytest.mark.cluster

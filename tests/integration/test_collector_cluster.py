@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from store_fixtures import dump_db
 
 from slurm_gpu.accounting.sacct import SacctSource
+from slurm_gpu.capture.spool import list_sealed
 from slurm_gpu.config import load_settings
-from slurm_gpu.spool import list_sealed
 from slurm_gpu.store import TELEMETRY_COMPLETE, Store
 
 pytestmark = pytest.mark.cluster

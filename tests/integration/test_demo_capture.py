@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import slurmtools
 
+from slurm_gpu.capture.spool import list_sealed, read_record
 from slurm_gpu.config import load_settings
 from slurm_gpu.records import NodeRecord
-from slurm_gpu.spool import list_sealed, read_record
 
 pytestmark = pytest.mark.cluster
 

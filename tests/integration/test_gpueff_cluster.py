@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import slurmtools
 
+from slurm_gpu.capture.spool import JobSpool
 from slurm_gpu.config import load_settings
-from slurm_gpu.spool import JobSpool
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "share" / "demo"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import slurmtools
 
+from slurm_gpu.capture.spool import JobSpool, read_pidfile, read_record
 from slurm_gpu.config import load_settings
-from slurm_gpu.spool import JobSpool, read_pidfile, read_record
 
 pytestmark = pytest.mark.cluster
 

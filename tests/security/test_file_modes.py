@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_gpu.cli.admin import cli
+from slurm_gpu.jobreport import templating
 from slurm_gpu.store.store import migrate_store
-from slurm_gpu.userreport import templating
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -124,7 +124,7 @@ def test_root_keeps_no_bytecode_cache_in_a_world_writable_directory(shared_tmp: 
 
 def _cache_dir_as_nobody(shared: Path) -> str:
     code = (
-        "from slurm_gpu.userreport.templating import compiled_cache\n"
+        "from slurm_gpu.jobreport.templating import compiled_cache\n"
         "c = compiled_cache()\n"
         "print(getattr(c, 'directory', None))\n"
     )

@@ -23,16 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpu import hostsample
+from slurm_gpu.capture import hostsample
+from slurm_gpu.capture.hostsample import AutoHostSampler, ProcHostSampler
+from slurm_gpu.capture.sampler import Sampler, SamplerOptions
+from slurm_gpu.capture.spool import JobSpool, read_pidfile
 from slurm_gpu.config import parse_settings
 from slurm_gpu.hooks.common import short_hostname
 from slurm_gpu.hooks.epilog import is_our_sampler
-from slurm_gpu.hostsample import AutoHostSampler, ProcHostSampler
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.records import GpuInfo, GpuSample, JobRecord
-from slurm_gpu.sampler import Sampler, SamplerOptions
-from slurm_gpu.spool import JobSpool, read_pidfile
-from slurm_gpu.telemetry.virtual import create_gpus
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
+from slurm_gpu.telemetry.virtual_device import create_gpus
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the node side runs as root")
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_gpu.capture.spool import JobSpool, read_pidfile, read_record
 from slurm_gpu.cli.admin import cli as admin_cli
 from slurm_gpu.config import load_settings
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.hooks.common import short_hostname
-from slurm_gpu.spool import JobSpool, read_pidfile, read_record
-from slurm_gpu.telemetry.virtual import create_gpus
+from slurm_gpu.telemetry.virtual_device import create_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -177,7 +177,7 @@ def test_sampler_refuses_a_config_file_another_account_can_write(tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "slurm_gpu.sampler",
+            "slurm_gpu.hooks.sampler",
             "--job-id",
             "504",
             "--gpus",

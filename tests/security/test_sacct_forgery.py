@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store_fixtures import FakeAccounting, make_job, make_node
 
-from slurm_gpu import spool
 from slurm_gpu.accounting.runner import CommandResult
 from slurm_gpu.accounting.sacct import SacctSource
+from slurm_gpu.capture import spool
 from slurm_gpu.collector import Collector, CollectorOptions
 from slurm_gpu.store import Store
 

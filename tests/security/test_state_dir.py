@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store_fixtures import FakeAccounting, make_job, make_node
 
-from slurm_gpu import spool
+from slurm_gpu.capture import spool
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.collector import Collector, CollectorLock, CollectorOptions
 from slurm_gpu.errors import ConfigError, StoreError

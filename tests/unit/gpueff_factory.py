@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from slurm_gpu.aggregate import distribution_of as dist
+from slurm_gpu.capture.aggregate import distribution_of as dist
 from slurm_gpu.records import (
     GpuInfo,
     GpuSummary,

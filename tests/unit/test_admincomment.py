@@ -20,7 +20,7 @@ from slurm_gpu.accounting.admincomment import (
 )
 from slurm_gpu.accounting.runner import CommandResult
 from slurm_gpu.accounting.sacct import parse_sacct_output
-from slurm_gpu.aggregate import distribution_of as dist
+from slurm_gpu.capture.aggregate import distribution_of as dist
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import (
     GpuInfo,

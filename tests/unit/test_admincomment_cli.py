@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store_fixtures import make_job, make_node
 
-from slurm_gpu import spool
 from slurm_gpu.accounting.admincomment import build_summary, decode
+from slurm_gpu.capture import spool
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.store import TELEMETRY_COMPLETE, TELEMETRY_MISSING, JobBundle, Store
 

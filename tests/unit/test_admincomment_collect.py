@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store_fixtures import FakeAccounting, make_job, make_node
 
-from slurm_gpu import spool
 from slurm_gpu.accounting.admincomment import AdminCommentWriter, build_summary, decode
 from slurm_gpu.accounting.runner import CommandResult
+from slurm_gpu.capture import spool
 from slurm_gpu.cli.collect_cmd import admin_comment_publisher
 from slurm_gpu.collector import Collector, CollectReport
 from slurm_gpu.collector.admincomment import AdminCommentPublisher

@@ -1,4 +1,4 @@
-"""Streaming aggregates (slurm_gpu.aggregate): streaming results equal full-list results."""
+"""Streaming aggregates (slurm_gpu.capture.aggregate): streaming results equal full-list results."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_gpu.aggregate import MAX_PIDS, DistAccumulator, NodeAggregator, Timeline
+from slurm_gpu.capture.aggregate import MAX_PIDS, DistAccumulator, NodeAggregator, Timeline
 from slurm_gpu.records import Distribution, GpuInfo, GpuProcess, GpuSample, HostSample
 from slurm_gpu.telemetry.base import (
     THROTTLE_GPU_IDLE,

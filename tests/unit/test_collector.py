@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import store_fixtures
 from store_fixtures import FakeAccounting, dump_db, make_job, make_node
 
-from slurm_gpu import spool
+from slurm_gpu.capture import spool
 from slurm_gpu.collector import Collector, CollectorLock, CollectorOptions
 from slurm_gpu.records import JobRecord, NodeRecord
 from slurm_gpu.store import (
@@ -340,8 +340,8 @@ def test_each_stored_batch_gets_its_gpueff_reports_rendered(env: Env) -> None:
     """With the report step (``[gpueff] cache_reports``), every job the pass stores, from the
     spool or as missing telemetry, gets its report rendered after the commit."""
     from slurm_gpu.config import parse_settings
-    from slurm_gpu.userreport.prerender import ReportPrerenderer
-    from slurm_gpu.userreport.reportcache import read_cached, render_key
+    from slurm_gpu.jobreport.prerender import ReportPrerenderer
+    from slurm_gpu.jobreport.reportcache import read_cached, render_key
 
     settings = parse_settings(
         {"paths": {"state_dir": str(env.state_dir)}, "store": {"url": env.url}}, path=None

@@ -13,7 +13,8 @@ from slurm_gpu.demo.gpus import job_gpu_minors, parse_index_list
 from slurm_gpu.demo.patterns import PATTERNS, DemoParams, OutOfMemory, run_pattern
 from slurm_gpu.errors import UsageError
 from slurm_gpu.records import GpuSample
-from slurm_gpu.telemetry.virtual import VirtualGpuDevice, VirtualGpuSource, create_gpus
+from slurm_gpu.telemetry.virtual import VirtualGpuSource
+from slurm_gpu.telemetry.virtual_device import VirtualGpuDevice, create_gpus
 
 
 class SamplingClock:

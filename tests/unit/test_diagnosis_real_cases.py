@@ -17,8 +17,8 @@ from slurm_gpu.analysis import Analysis, Code, Option, Severity, analyze, metric
 from slurm_gpu.analysis.wording import environment, wording
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.evaluation.traces import corpus
+from slurm_gpu.jobreport.adapter import recommendation_from_mapping
 from slurm_gpu.records import Tres
-from slurm_gpu.userreport.adapter import recommendation_from_mapping
 
 S = AnalysisSettings()
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "findings"

@@ -103,7 +103,7 @@ def test_unexpected_exception_in_a_check_is_a_fail_not_a_crash() -> None:
 
 def test_cli_exit_code_follows_failures(tmp_path: Path) -> None:
     """With virtual GPUs and only local checks, doctor passes; a missing GPU dir fails it."""
-    from slurm_gpu.telemetry.virtual import create_gpus
+    from slurm_gpu.telemetry.virtual_device import create_gpus
 
     spool = tmp_path / "spool"
     spool.mkdir(mode=0o711)

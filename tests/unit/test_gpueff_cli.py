@@ -15,11 +15,11 @@ from click.testing import CliRunner, Result
 
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, cli
 from slurm_gpu.errors import EXIT_CODES, AccountingError
+from slurm_gpu.jobreport import adapter, output
+from slurm_gpu.jobreport.jsonout import SCHEMA
+from slurm_gpu.jobreport.model import FindingView, RecommendationView
+from slurm_gpu.jobreport.service import Telemetry
 from slurm_gpu.records import JobRecord, Tres
-from slurm_gpu.userreport import adapter, output
-from slurm_gpu.userreport.jsonout import SCHEMA
-from slurm_gpu.userreport.model import FindingView, RecommendationView
-from slurm_gpu.userreport.service import Telemetry
 
 ANSI = re.compile(r"\x1b\[")
 

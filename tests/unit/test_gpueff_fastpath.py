@@ -25,10 +25,10 @@ from sacct_fixtures import parse_rows, recorded_rows, write_fake_sacct
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import JobNotFoundError
+from slurm_gpu.jobreport import service
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.records import JobRecord
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
-from slurm_gpu.userreport import service
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "sacct" / "contract_jobs.txt"
@@ -261,7 +261,7 @@ def shared_dir() -> Iterator[Path]:
 
 READER_LOOP = """
 import sys
-from slurm_gpu.userreport.readers import open_store_reader
+from slurm_gpu.jobreport.readers import open_store_reader
 url, reads = sys.argv[1], int(sys.argv[2])
 shapes = set()
 for _ in range(reads):

@@ -16,10 +16,10 @@ from click.testing import CliRunner, Result
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import JobNotFoundError
+from slurm_gpu.jobreport import service
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.records import JobRecord, Tres
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
-from slurm_gpu.userreport import service
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
 
 SGTEST1, SGTEST2 = 1001, 1002
 

@@ -14,8 +14,8 @@ from sacct_fixtures import render, row
 from slurm_gpu.accounting.runner import CommandResult
 from slurm_gpu.accounting.sacct import DELIM, FIELDS, TEXT_FIELDS, SacctSource, fields_without
 from slurm_gpu.config import parse_settings
+from slurm_gpu.jobreport.readers import LazyAccounting
 from slurm_gpu.textsafe import clean_user_text
-from slurm_gpu.userreport.readers import LazyAccounting
 
 
 class FormatRunner:

@@ -10,15 +10,15 @@ from typing import Any
 import gpueff_factory as F
 import pytest
 
-from slurm_gpu import spool
 from slurm_gpu.analysis.engine import analyze
+from slurm_gpu.capture import spool
 from slurm_gpu.config import parse_settings
+from slurm_gpu.jobreport import adapter
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+from slurm_gpu.jobreport.service import report_for
+from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import JobRecord
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
-from slurm_gpu.userreport import adapter
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
-from slurm_gpu.userreport.service import report_for
-from slurm_gpu.userreport.terminal import TerminalRenderer
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def test_sqlite_store_is_read_mode_ro_by_a_user_who_cannot_write_beside_it(
     import shutil
     import tempfile
 
+    from slurm_gpu.jobreport.readers import open_store_reader
     from slurm_gpu.store.sqlite_reader import SqliteReader
-    from slurm_gpu.userreport.readers import open_store_reader
 
     job = F.job()
     if os.geteuid() != 0:  # the rest needs another uid

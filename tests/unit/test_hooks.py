@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_gpu.capture.spool import JobSpool, read_pidfile, read_record
 from slurm_gpu.cli.admin import cli as admin_cli
 from slurm_gpu.hooks.common import (
     JobEnv,
@@ -25,8 +26,7 @@ from slurm_gpu.hooks.common import (
     wrapper_template,
 )
 from slurm_gpu.hooks.epilog import is_our_sampler
-from slurm_gpu.spool import JobSpool, read_pidfile, read_record
-from slurm_gpu.telemetry.virtual import create_gpus
+from slurm_gpu.telemetry.virtual_device import create_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -278,7 +278,7 @@ def test_spool_files_carry_slurms_node_name(site: dict[str, object]) -> None:
 
 def test_epilog_names_the_samplers_command_line_marker() -> None:
     from slurm_gpu.hooks import epilog
-    from slurm_gpu.sampler import CMDLINE_MARKER
+    from slurm_gpu.hooks.sampler import CMDLINE_MARKER
 
     assert epilog.CMDLINE_MARKER == CMDLINE_MARKER
 
@@ -304,8 +304,8 @@ def test_wait_gone_returns_when_the_process_exits(
 def test_epilog_normal_path_does_not_import_the_record_codecs() -> None:
     code = (
         "import sys, slurm_gpu.hooks.epilog, slurm_gpu.config;"
-        "print(sorted(m for m in ('slurm_gpu.records', 'slurm_gpu.aggregate',"
-        " 'slurm_gpu.recordcodec', 'slurm_gpu.spool') if m in sys.modules))"
+        "print(sorted(m for m in ('slurm_gpu.records', 'slurm_gpu.capture.aggregate',"
+        " 'slurm_gpu.capture.recordcodec', 'slurm_gpu.capture.spool') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

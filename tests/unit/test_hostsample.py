@@ -1,4 +1,4 @@
-"""Job host sampling (slurm_gpu.hostsample): cgroup trees as fixtures, /proc on real processes."""
+"""Job host sampling (capture.hostsample): cgroup trees as fixtures, /proc on real processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpu.hostsample import (
+from slurm_gpu.capture.hostsample import (
     AutoHostSampler,
     Cgroup1HostSampler,
     Cgroup2HostSampler,

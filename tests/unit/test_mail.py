@@ -20,18 +20,18 @@ import pytest
 from aiosmtpd.controller import Controller
 from click.testing import CliRunner
 
-from slurm_gpu.charts.mail import charts_for
 from slurm_gpu.cli.mail_cmd import NOTIFIER_KEY, cli
 from slurm_gpu.config import parse_settings
 from slurm_gpu.errors import MailError, StoreNotCreatedError
+from slurm_gpu.jobreport import adapter
+from slurm_gpu.jobreport.charts import charts_for
+from slurm_gpu.jobreport.model import FindingView, RecommendationView, Telemetry
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.notify.message import MailContext, MessageBuilder, clean_subject
 from slurm_gpu.notify.service import MailRequest, Notifier, NotifyOptions, Outcome
 from slurm_gpu.notify.state import MailState, read_opt_out
 from slurm_gpu.notify.transport import DirMailer, SendmailMailer, SmtpMailer
 from slurm_gpu.records import JobRecord, Tres
-from slurm_gpu.userreport import adapter
-from slurm_gpu.userreport.model import FindingView, RecommendationView, Telemetry
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
 
 DOCS = "https://hpc.example.org/docs/gpu"
 

@@ -21,9 +21,9 @@ import gen_week
 import store_fixtures
 from report_oracle import WEEK_S, Oracle
 
-from slurm_gpu.report.aggregate import ReportOptions, build_report, last_full_week
-from slurm_gpu.report.model import Period, WeeklyReport
 from slurm_gpu.store.store import Store
+from slurm_gpu.weekly.aggregate import ReportOptions, build_report, last_full_week
+from slurm_gpu.weekly.model import Period, WeeklyReport
 
 store_url = store_fixtures.store_url
 _pg_url = store_fixtures._pg_url

@@ -18,10 +18,10 @@ from test_gpueff_owner import SGTEST1, SGTEST2, NeverAsked, _gpueff, _store
 
 from slurm_gpu.cli import gpueff_entry
 from slurm_gpu.config import load_settings
+from slurm_gpu.jobreport.prerender import ReportPrerenderer
+from slurm_gpu.jobreport.reportcache import read_cached, render_key
 from slurm_gpu.store import Store
 from slurm_gpu.store.urls import sqlite_path
-from slurm_gpu.userreport.prerender import ReportPrerenderer
-from slurm_gpu.userreport.reportcache import read_cached, render_key
 
 
 def _config(state_dir: Path, extra: str = "") -> Path:
@@ -87,7 +87,7 @@ def test_the_colour_text_is_what_the_full_command_prints_in_colour(
     from test_gpueff_owner import _settings
 
     from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
-    from slurm_gpu.userreport.readers import StoreAndSpoolReader
+    from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 
     reader = StoreAndSpoolReader(_settings(rendered))
     full = CliRunner().invoke(
@@ -237,6 +237,6 @@ def test_the_cached_path_imports_no_report_code(rendered: Path) -> None:
         "sqlalchemy",
         "pandas",
         "slurm_gpu.records",
-        "slurm_gpu.userreport.service",
+        "slurm_gpu.jobreport.service",
     )
     assert fast_path_imports(rendered / "config.toml", ["1001"], heavy) == []

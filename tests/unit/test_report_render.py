@@ -18,11 +18,11 @@ import gen_week
 from test_report_aggregate import PERIOD, SINCE, hand_rows
 
 from slurm_gpu.cli.admin import cli
-from slurm_gpu.report.aggregate import ReportOptions, build_report
-from slurm_gpu.report.jsonout import FORMAT, render_json
-from slurm_gpu.report.model import REPORT_SCHEMA_VERSION, WeeklyReport
-from slurm_gpu.report.render import change, gh, render_html, render_text
 from slurm_gpu.store.store import Store
+from slurm_gpu.weekly.aggregate import ReportOptions, build_report
+from slurm_gpu.weekly.jsonout import FORMAT, render_json
+from slurm_gpu.weekly.model import REPORT_SCHEMA_VERSION, WeeklyReport
+from slurm_gpu.weekly.render import change, gh, render_html, render_text
 
 SECTIONS = (
     "headline",

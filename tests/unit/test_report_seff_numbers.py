@@ -15,7 +15,7 @@ from slurm_gpu.analysis.metrics import (
     seff_mem_efficiency_pct,
     seff_pct_text,
 )
-from slurm_gpu.userreport.adapter import accounting_report
+from slurm_gpu.jobreport.adapter import accounting_report
 
 MIB = 1024**2
 

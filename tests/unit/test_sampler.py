@@ -1,4 +1,4 @@
-"""The sampler loop (slurm_gpu.sampler): schedule, checkpoints, sealing, and not dying."""
+"""The sampler loop (slurm_gpu.capture.sampler): schedule, checkpoints, sealing, and not dying."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpu.aggregate import NodeAggregator
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.sampler import Sampler, SamplerOptions
+from slurm_gpu.capture.spool import JobSpool, SpoolWriter, read_record, read_spool, read_state
 from slurm_gpu.errors import TelemetryUnavailableError
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample
-from slurm_gpu.sampler import Sampler, SamplerOptions
-from slurm_gpu.spool import JobSpool, SpoolWriter, read_record, read_spool, read_state
 
 UUIDS = ("GPU-a", "GPU-b")
 
@@ -217,7 +217,7 @@ def test_unwritable_spool_keeps_sampling_and_reports_seal_failure(tmp_path: Path
 
 
 def test_real_sampler_process_seals_on_sigterm(tmp_path: Path) -> None:
-    from slurm_gpu.telemetry.virtual import create_gpus
+    from slurm_gpu.telemetry.virtual_device import create_gpus
 
     vdir = tmp_path / "vgpu"
     infos = create_gpus(vdir, 2)
@@ -227,7 +227,7 @@ def test_real_sampler_process_seals_on_sigterm(tmp_path: Path) -> None:
         f'[telemetry]\nbackend = "virtual"\nvirtual_dir = "{vdir}"\ninterval_s = 0.1\n'
         "checkpoint_interval_s = 1\n"
     )
-    cmd = [sys.executable, "-m", "slurm_gpu.sampler", "--config", str(cfg), "--job-id", "77"]
+    cmd = [sys.executable, "-m", "slurm_gpu.hooks.sampler", "--config", str(cfg), "--job-id", "77"]
     cmd += ["--gpus", ",".join(i.uuid for i in infos), "--hostname", "n1", "--cores", "2"]
     proc = subprocess.Popen(cmd)
     paths = JobSpool(f"{tmp_path}/spool", "77", "n1")

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from test_spool import make_record
 
+from slurm_gpu.capture.ship import ship
+from slurm_gpu.capture.spool import JobSpool, read_record, write_record
 from slurm_gpu.cli.admin import cli
-from slurm_gpu.ship import ship
-from slurm_gpu.spool import JobSpool, read_record, write_record
 
 
 def seal(spool: Path, job_id: str, host: str = "n1", running: bool = False) -> JobSpool:

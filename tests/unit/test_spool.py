@@ -1,4 +1,4 @@
-"""Spool format, sealed records, checkpoints, live summary (slurm_gpu.spool)."""
+"""Spool format, sealed records, checkpoints, live summary (slurm_gpu.capture.spool)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 
-from slurm_gpu.aggregate import NodeAggregator
-from slurm_gpu.errors import SpoolFormatError
-from slurm_gpu.recordcodec import to_jsonable
-from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, TimelinePoint
-from slurm_gpu.spool import (
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.recordcodec import to_jsonable
+from slurm_gpu.capture.spool import (
     HOST_FIELDS,
     RECORD_SCHEMA,
     RECORD_VERSION,
@@ -44,6 +42,8 @@ from slurm_gpu.spool import (
     write_record,
     write_state,
 )
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, TimelinePoint
 
 INFO = (
     GpuInfo(uuid="GPU-a", index=0, minor_number=0, name="H100", compute_capability=(9, 0)),
@@ -458,7 +458,7 @@ def test_pidfile_roundtrip(tmp_path: Path) -> None:
 def test_timeline_points_built_without_the_constructor_equal_constructed_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from slurm_gpu import recordcodec
+    from slurm_gpu.capture import recordcodec
 
     assert recordcodec._FAST_BUILD  # the fast path is the one exercised by the tests above
     data = encode_record(make_record())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpu.userreport import fmt
+from slurm_gpu.jobreport import fmt
 
 
 @pytest.mark.parametrize(

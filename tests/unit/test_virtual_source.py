@@ -15,16 +15,9 @@ from click.testing import CliRunner
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.errors import TelemetryUnavailableError
 from slurm_gpu.telemetry.base import TelemetrySource
-from slurm_gpu.telemetry.virtual import (
-    MODELS,
-    SAMPLE_ORDER,
-    STATE_FIELDS,
-    STATE_FILE,
-    VirtualGpuDevice,
-    VirtualGpuSource,
-    create_gpus,
-    read_state,
-)
+from slurm_gpu.telemetry.virtual import SAMPLE_ORDER, VirtualGpuSource
+from slurm_gpu.telemetry.virtual_device import MODELS, VirtualGpuDevice, create_gpus
+from slurm_gpu.telemetry.virtual_format import STATE_FIELDS, STATE_FILE, read_state
 
 
 class FakeClock:

@@ -57,7 +57,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_gpu.errors import StoreError
-from slurm_gpu.report.model import (
+from slurm_gpu.store.schema import findings, job_gpus, jobs
+from slurm_gpu.weekly.model import (
     CAUSES,
     CauseShare,
     GroupUsage,
@@ -74,7 +75,6 @@ from slurm_gpu.report.model import (
     WeeklyReport,
     WorstJob,
 )
-from slurm_gpu.store.schema import findings, job_gpus, jobs
 
 WEEK_S = 7 * 86400.0
 HISTOGRAM_BIN_PCT = 10.0

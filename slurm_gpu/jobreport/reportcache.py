@@ -1,7 +1,7 @@
 """``gpueff``'s cached reports: the key that says whether a stored rendering is still what
 ``gpueff`` would print, and the read of the cache that answers the common case.
 
-The collector renders each stored job's terminal report (``slurm_gpu.userreport.prerender``)
+The collector renders each stored job's terminal report (``slurm_gpu.jobreport.prerender``)
 into the store's ``job_reports`` table, once without and once with colour. ``gpueff JOBID`` on
 the caller's own settled job then prints that text: one indexed SQLite read instead of
 importing the report model, the finding tables and jinja2 and rendering (``docs/gpueff.md``,
@@ -32,7 +32,7 @@ CACHE_FORMAT = 1
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Package directories and modules whose code turns stored rows into the report's text.
-_CODE_DIRS = ("userreport", "analysis", "store")
+_CODE_DIRS = ("jobreport", "analysis", "store")
 _CODE_FILES = ("records.py", "__init__.py")
 
 

@@ -1,7 +1,7 @@
 """Spool paths and the small files the epilog needs on its normal path.
 
 ``JobSpool`` names one job's files on one host; ``write_atomic`` writes any of them; the pid
-file identifies the sampler by pid and start time. Kept apart from ``slurm_gpu.spool`` (which
+file identifies the sampler by pid and start time. Kept apart from ``capture.spool`` (which
 re-exports everything here) so that the epilog, which runs between two jobs while slurmd
 waits, does not import the record types and codecs unless it must recover a record.
 """

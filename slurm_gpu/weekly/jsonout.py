@@ -1,7 +1,7 @@
 """The weekly report's aggregates as a versioned JSON document.
 
 The document is ``{"format": "slurm-gpu.report.weekly", "version": N, "report": {...}}`` where
-``report`` mirrors ``slurm_gpu.report.model.WeeklyReport`` field by field (times in epoch
+``report`` mirrors ``slurm_gpu.weekly.model.WeeklyReport`` field by field (times in epoch
 seconds, GPU-hours, percentages; ``null`` for "not measured"). ``docs/report.md`` lists the
 fields; ``REPORT_SCHEMA_VERSION`` changes when one changes meaning or disappears.
 """
@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from slurm_gpu.report.model import REPORT_SCHEMA_VERSION, WeeklyReport
+from slurm_gpu.weekly.model import REPORT_SCHEMA_VERSION, WeeklyReport
 
 FORMAT = "slurm-gpu.report.weekly"
 

@@ -18,8 +18,8 @@ from typing import Any
 import jinja2
 
 from slurm_gpu.errors import ConfigError
+from slurm_gpu.jobreport import fmt
 from slurm_gpu.resources import data_dir
-from slurm_gpu.userreport import fmt
 
 #: The project's built-in templates (``<repo>/templates``).
 BUILTIN_DIR = data_dir("templates")

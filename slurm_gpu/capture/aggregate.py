@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from slurm_gpu.recordcodec import from_jsonable, to_jsonable
+from slurm_gpu.capture.recordcodec import from_jsonable, to_jsonable
 from slurm_gpu.records import (
     Distribution,
     GpuInfo,

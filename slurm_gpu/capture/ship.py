@@ -15,7 +15,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from slurm_gpu.spool import JOB_DIR_MODE, JobSpool, list_sealed, write_atomic
+from slurm_gpu.capture.spool import JOB_DIR_MODE, JobSpool, list_sealed, write_atomic
 
 #: Node-local files of a job that are no longer needed once its record reached the inbox.
 #: The live file goes too: ``gpueff`` reads the store for finished jobs.

@@ -6,7 +6,7 @@ report is produced exactly as ``gpueff`` produces it on the owner's own settled 
 lookup (``service.start_lookup`` answered from the store alone, as the job's owner), the same
 SQLite reader, the same renderer, so the stored text is byte for byte what ``gpueff`` would
 print (a test compares them). ``gpueff`` uses it only while ``reportcache.render_key``
-matches (``slurm_gpu.userreport.reportcache``).
+matches (``slurm_gpu.jobreport.reportcache``).
 
 Only SQLite stores: for PostgreSQL, ``gpueff`` imports SQLAlchemy and renders anyway, so a
 cache would not make it faster. Rendering is best effort: a job that cannot be rendered is
@@ -23,13 +23,13 @@ from typing import Any
 from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.jobreport import adapter, output, service
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+from slurm_gpu.jobreport.reportcache import render_key
+from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import JobRecord
 from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
 from slurm_gpu.store.store import CachedReport
-from slurm_gpu.userreport import adapter, output, service
-from slurm_gpu.userreport.readers import StoreAndSpoolReader
-from slurm_gpu.userreport.reportcache import render_key
-from slurm_gpu.userreport.terminal import TerminalRenderer
 
 log = logging.getLogger("slurm_gpu.prerender")
 

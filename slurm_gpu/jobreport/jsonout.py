@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from slurm_gpu.userreport.model import JobReport, TelemetryStatus
+from slurm_gpu.jobreport.model import JobReport, TelemetryStatus
 
 SCHEMA_ID = "https://slurm-gpu.org/schemas/gpueff/v1.json"
 SCHEMA_VERSION = 1

@@ -1,7 +1,7 @@
 """The view model of one job's report: what ``gpueff`` prints and the e-mail shows.
 
 Renderers (terminal, JSON, e-mail) read only these frozen records, never the store, the
-accounting source or the spool; ``slurm_gpu.userreport.adapter`` builds them. ``None`` means
+accounting source or the spool; ``slurm_gpu.jobreport.adapter`` builds them. ``None`` means
 "not known", never zero, so a renderer can say "n/a" instead of a misleading 0 %.
 """
 

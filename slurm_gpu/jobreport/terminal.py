@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import jinja2
 
-from slurm_gpu.userreport.model import JobReport, TelemetryStatus
-from slurm_gpu.userreport.templating import environment
+from slurm_gpu.jobreport.model import JobReport, TelemetryStatus
+from slurm_gpu.jobreport.templating import environment
 
 _ANSI = {
     "bold": "\x1b[1m",

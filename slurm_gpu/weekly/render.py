@@ -18,9 +18,9 @@ import jinja2
 from markupsafe import Markup
 
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.report import charts
-from slurm_gpu.report.model import CAUSES, REPORT_SCHEMA_VERSION, Headline, WeeklyReport
 from slurm_gpu.resources import data_dir
+from slurm_gpu.weekly import charts
+from slurm_gpu.weekly.model import CAUSES, REPORT_SCHEMA_VERSION, Headline, WeeklyReport
 
 #: The project's built-in templates (``<repo>/templates/report``).
 BUILTIN_DIR = data_dir("templates") / "report"

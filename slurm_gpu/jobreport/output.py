@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurm_gpu.userreport.model import JobReport
-from slurm_gpu.userreport.terminal import TerminalRenderer
-from slurm_gpu.userreport.tty import use_colour as use_colour
+from slurm_gpu.jobreport.model import JobReport
+from slurm_gpu.jobreport.terminal import TerminalRenderer
+from slurm_gpu.jobreport.tty import use_colour as use_colour
 
 
 def render_groups(

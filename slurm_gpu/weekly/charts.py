@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from slurm_gpu.report.model import (
+from slurm_gpu.weekly.model import (
     CauseShare,
     GroupUsage,
     HistogramBin,

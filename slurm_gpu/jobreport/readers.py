@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurm_gpu.config import Settings
+from slurm_gpu.jobreport import adapter
+from slurm_gpu.jobreport.model import Telemetry
 from slurm_gpu.records import JobRecord
-from slurm_gpu.userreport import adapter
-from slurm_gpu.userreport.model import Telemetry
 
 
 def open_store_reader(url: str) -> Any:
@@ -187,7 +187,7 @@ class StoreAndSpoolReader:
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job on every node readable; ``None`` if none."""
-        from slurm_gpu import spool
+        from slurm_gpu.capture import spool
         from slurm_gpu.errors import SpoolFormatError
 
         summaries = []

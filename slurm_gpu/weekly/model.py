@@ -1,7 +1,7 @@
 """Frozen records of the weekly report's aggregates.
 
 Every number the HTML page and the JSON output show lives here, computed once by
-``slurm_gpu.report.aggregate``; rendering only formats. GPU-hours are GPU × hours of
+``slurm_gpu.weekly.aggregate``; rendering only formats. GPU-hours are GPU × hours of
 allocation; duty cycles are NVML utilization (share of time any kernel ran), in percent.
 ``None`` means "not measured" (no telemetry for any job in the group), never zero.
 """

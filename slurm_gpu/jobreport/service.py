@@ -39,9 +39,9 @@ from typing import Generic, Protocol, TypeVar
 from slurm_gpu.accounting.base import AccountingSource, is_settled
 from slurm_gpu.accounting.jobids import parse_job_id
 from slurm_gpu.errors import JobNotFoundError
+from slurm_gpu.jobreport.adapter import RUNNING_STATES, accounting_report, with_telemetry
+from slurm_gpu.jobreport.model import JobReport, Telemetry, TelemetryStatus
 from slurm_gpu.records import JobRecord
-from slurm_gpu.userreport.adapter import RUNNING_STATES, accounting_report, with_telemetry
-from slurm_gpu.userreport.model import JobReport, Telemetry, TelemetryStatus
 
 #: Statuses that no telemetry can change: say so instead of showing numbers.
 _NOTHING_TO_READ = frozenset(

@@ -2,7 +2,7 @@
 
 This is the one module that knows the shapes of the other parts (``JobRecord``, ``NodeRecord``,
 the store's stored job, the analysis engine's findings, the spool's live summary); the
-renderers see only ``slurm_gpu.userreport.model``. Pure: no I/O.
+renderers see only ``slurm_gpu.jobreport.model``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_gpu.analysis.findings import sbatch_flag
-from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
-from slurm_gpu.userreport import fmt
-from slurm_gpu.userreport.model import (
+from slurm_gpu.jobreport import fmt
+from slurm_gpu.jobreport.model import (
     FindingView,
     GpuLine,
     JobReport,
@@ -21,6 +20,7 @@ from slurm_gpu.userreport.model import (
     Telemetry,
     TelemetryStatus,
 )
+from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
 
 #: Sparkline width in points: enough to see the shape of a job, narrow enough for a terminal.
 SPARK_POINTS = 24
@@ -339,7 +339,7 @@ def findings_wording(override_dir: str = "", *, cache: bool = False) -> Wording:
 
     from slurm_gpu.analysis import wording as words
     from slurm_gpu.analysis.findings import CODES, PROFILERS, Code
-    from slurm_gpu.userreport.templating import BUILTIN_DIR, compiled_cache
+    from slurm_gpu.jobreport.templating import BUILTIN_DIR, compiled_cache
 
     paths = [p for p in (override_dir, str(BUILTIN_DIR / "findings")) if p]
     env = words.environment(jinja2.FileSystemLoader(paths))

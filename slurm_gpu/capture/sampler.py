@@ -10,45 +10,41 @@ Nothing stops the loop: a failed reading is logged and skipped, a lost GPU reads
 unavailable, a full or unwritable spool stops the jsonl (the aggregates go on) and the record
 is still attempted at the end.
 
-Run as ``python -m slurm_gpu.sampler --job-id ID --gpus UUID,UUID [--uid N] [--cores N]``
-(no click: the sampler imports as little as possible to stay small).
+The process itself is started as ``python -I -m slurm_gpu.hooks.sampler`` (the composition
+root that reads the configuration and chooses the telemetry source, ``slurm_gpu.hooks.sampler``).
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_gpu.aggregate import NodeAggregator
-from slurm_gpu.records import GpuInfo, GpuSample, HostSample
-from slurm_gpu.spool import (
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.spool import (
     JobSpool,
     SpoolHeader,
     SpoolWriter,
     private_group_of,
     write_live,
-    write_pidfile,
     write_record,
     write_state,
 )
+from slurm_gpu.records import GpuInfo, GpuSample, HostSample
 from slurm_gpu.telemetry.base import TelemetrySource
 
+# The logger keeps its name from before the capture package: sites filter logs by it.
 log = logging.getLogger("slurm_gpu.sampler")
 
 #: Seconds between two rewrites of ``<host>.live.json`` (at least one interval).
 LIVE_INTERVAL_S = 10.0
 #: Seconds between two attempts to open a telemetry source that was unavailable.
 REOPEN_INTERVAL_S = 60.0
-#: Marker in the command line that the epilog checks before signalling a pid.
-CMDLINE_MARKER = "slurm_gpu.sampler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +67,7 @@ SourceFactory = Callable[[], TelemetrySource]
 
 
 class _HostReader(Protocol):
-    """What the sampler needs of a host sampler (see ``slurm_gpu.hostsample``)."""
+    """What the sampler needs of a host sampler (see ``slurm_gpu.capture.hostsample``)."""
 
     @property
     def method(self) -> str: ...
@@ -355,84 +351,3 @@ def _signal_waiter() -> Callable[[float], bool]:
         return signal.sigtimedwait(sigs, timeout_s) is not None
 
     return wait
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m slurm_gpu.sampler", description="Sample one job's GPUs until SIGTERM."
-    )
-    p.add_argument("--job-id", required=True)
-    p.add_argument("--gpus", required=True, help="comma-separated GPU UUIDs")
-    p.add_argument("--uid", type=int, default=None)
-    p.add_argument("--cores", type=int, default=None, help="cores allocated on this node")
-    p.add_argument("--config", default=None, help="configuration file")
-    p.add_argument("--hostname", default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m slurm_gpu.sampler``; returns the exit status."""
-    # Block the stop signals first, so a SIGTERM that comes while starting is not fatal: it is
-    # picked up by the first wait and the record is still sealed.
-    wait = _signal_waiter()
-    args = parse_args(argv)
-    from slurm_gpu.config import load_settings
-    from slurm_gpu.hooks.common import setup_logging
-    from slurm_gpu.hostsample import AutoHostSampler
-    from slurm_gpu.spool import check_job_id
-
-    job_id = check_job_id(str(args.job_id))
-    try:
-        settings = load_settings(args.config, trusted=True)
-    except Exception as exc:
-        setup_logging("", "sampler", job_id)
-        log.error("configuration unusable, sampler not started: %s", exc)
-        return 1
-    setup_logging(settings.paths.log_file, "sampler", job_id)
-    hostname = args.hostname or socket.gethostname().split(".")[0]
-    opts = SamplerOptions(
-        job_id=job_id,
-        hostname=hostname,
-        uid=args.uid,
-        gpu_uuids=tuple(u for u in args.gpus.split(",") if u),
-        spool_dir=settings.paths.spool_dir,
-        interval_s=settings.telemetry.interval_s,
-        checkpoint_interval_s=settings.telemetry.checkpoint_interval_s,
-        idle_threshold_pct=settings.telemetry.idle_threshold_pct,
-        timeline_points=settings.telemetry.timeline_points,
-        cores=args.cores,
-    )
-
-    def factory() -> TelemetrySource:
-        from slurm_gpu.telemetry import open_source
-
-        return open_source(settings)
-
-    t0 = time.monotonic()
-    sampler = Sampler(opts, factory, AutoHostSampler(job_id, args.uid))
-    try:
-        sampler.paths.create_dir()
-        write_pidfile(sampler.paths.pid, os.getpid())
-    except OSError as exc:
-        log.warning("pid file not written: %s", exc)
-    log.info(
-        "sampler started: %d GPU(s), every %gs, host method probing",
-        len(opts.gpu_uuids),
-        opts.interval_s,
-    )
-    sealed = sampler.run(wait)
-    log.info(
-        "sampler stopped after %d readings in %.0fs; record %s",
-        sampler.agg.readings,
-        time.monotonic() - t0,
-        "sealed" if sealed else "NOT sealed",
-    )
-    return 0 if sealed else 1
-
-
-if __name__ == "__main__":
-    status = main()
-    # The epilog waits for this process to be gone: once the record is sealed and the log
-    # flushed, skip the interpreter's teardown (module cleanup, a final collection).
-    logging.shutdown()
-    os._exit(status)

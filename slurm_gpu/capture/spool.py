@@ -43,30 +43,30 @@ from itertools import compress
 from operator import ne
 from typing import Any
 
-from slurm_gpu.errors import SpoolFormatError
-from slurm_gpu.recordcodec import (
+from slurm_gpu.capture.recordcodec import (
     from_jsonable,
     timeline_from_columns,
     timeline_to_columns,
     to_jsonable,
 )
-from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, NodeRecord
 
 # Paths, atomic writes and pid files live in ``spoolpaths`` (light, for the epilog); they are
-# re-exported here so that ``slurm_gpu.spool`` stays the one module the other parts import.
-from slurm_gpu.spoolpaths import _JOB_ID_RE, _write_all
-from slurm_gpu.spoolpaths import FILE_MODE as FILE_MODE
-from slurm_gpu.spoolpaths import JOB_DIR_MODE as JOB_DIR_MODE
-from slurm_gpu.spoolpaths import LIVE_GROUP_MODE as LIVE_GROUP_MODE
-from slurm_gpu.spoolpaths import LIVE_MAX_BYTES as LIVE_MAX_BYTES
-from slurm_gpu.spoolpaths import LIVE_MODE as LIVE_MODE
-from slurm_gpu.spoolpaths import JobSpool as JobSpool
-from slurm_gpu.spoolpaths import check_hostname as check_hostname
-from slurm_gpu.spoolpaths import check_job_id as check_job_id
-from slurm_gpu.spoolpaths import process_start_ticks as process_start_ticks
-from slurm_gpu.spoolpaths import read_pidfile as read_pidfile
-from slurm_gpu.spoolpaths import write_atomic as write_atomic
-from slurm_gpu.spoolpaths import write_pidfile as write_pidfile
+# re-exported here so that ``slurm_gpu.capture.spool`` stays the one module the other parts import.
+from slurm_gpu.capture.spoolpaths import _JOB_ID_RE, _write_all
+from slurm_gpu.capture.spoolpaths import FILE_MODE as FILE_MODE
+from slurm_gpu.capture.spoolpaths import JOB_DIR_MODE as JOB_DIR_MODE
+from slurm_gpu.capture.spoolpaths import LIVE_GROUP_MODE as LIVE_GROUP_MODE
+from slurm_gpu.capture.spoolpaths import LIVE_MAX_BYTES as LIVE_MAX_BYTES
+from slurm_gpu.capture.spoolpaths import LIVE_MODE as LIVE_MODE
+from slurm_gpu.capture.spoolpaths import JobSpool as JobSpool
+from slurm_gpu.capture.spoolpaths import check_hostname as check_hostname
+from slurm_gpu.capture.spoolpaths import check_job_id as check_job_id
+from slurm_gpu.capture.spoolpaths import process_start_ticks as process_start_ticks
+from slurm_gpu.capture.spoolpaths import read_pidfile as read_pidfile
+from slurm_gpu.capture.spoolpaths import write_atomic as write_atomic
+from slurm_gpu.capture.spoolpaths import write_pidfile as write_pidfile
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.records import GpuInfo, GpuProcess, GpuSample, HostSample, NodeRecord
 
 SPOOL_SCHEMA = "slurm-gpu/spool"
 #: Version 2 writes each GPU sample as an array of values in the header's field order;
@@ -629,7 +629,7 @@ def private_group_of(uid: int | None) -> int | None:
 def read_live(path: str) -> dict[str, Any]:
     """The live summary; ``SpoolFormatError`` when unreadable, not a regular file (links are
     not followed), over ``LIVE_MAX_BYTES`` or of an unknown version. Read by ``gpueff``: its
-    strings are cleaned by the caller (``userreport.readers``)."""
+    strings are cleaned by the caller (``jobreport.readers``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
+from slurm_gpu.jobreport.model import JobReport
 from slurm_gpu.notify.message import Chart
-from slurm_gpu.userreport.model import JobReport
 
 #: Distinct in lightness as well as hue, so lines stay apart when printed in greyscale.
 _COLOURS = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#000000", "#bf9000", "#2e75b6", "#843c0c")

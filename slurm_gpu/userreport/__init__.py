@@ -1,1 +1,0 @@
-"""User-facing job reports: view model, adapter, terminal and JSON renderers."""
