@@ -21,7 +21,7 @@ from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.telemetry.base import TelemetrySource
-from slurm_gpu.trust import untrusted_reason
+from slurm_gpu.trust import untrusted_ancestry_reason, untrusted_reason
 
 
 class Status(StrEnum):
@@ -184,7 +184,6 @@ def dir_untrusted_reason(path: str) -> str | None:
     sticky one (``/tmp``) may be writable when the entry below it is root's or the caller's.
     The rule of ``slurm_gpu.trust`` for files, applied to a directory.
     """
-    owners = {0, os.geteuid()}
     try:
         lst = os.lstat(path)
     except OSError as exc:
@@ -193,26 +192,11 @@ def dir_untrusted_reason(path: str) -> str | None:
         return f"{path} is a symbolic link"
     if not stat.S_ISDIR(lst.st_mode):
         return f"{path} is not a directory"
-    real = os.path.realpath(path)
-    child_uid: int | None = None
-    directory = real
-    while True:
-        try:
-            st = os.stat(directory)
-        except OSError as exc:
-            return f"cannot stat {directory} ({exc.strerror})"
-        if st.st_uid not in owners:
-            return f"{directory} is owned by uid {st.st_uid}, not root"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            sticky = bool(st.st_mode & stat.S_ISVTX)
-            if child_uid is None or not sticky or child_uid not in owners:
-                mode = stat.S_IMODE(st.st_mode)
-                return f"{directory} is writable by group or others (mode {mode:04o})"
-        parent = os.path.dirname(directory)
-        if parent == directory:
-            return None
-        child_uid = st.st_uid
-        directory = parent
+    if lst.st_uid not in {0, os.geteuid()}:
+        return f"{path} is owned by uid {lst.st_uid}, not root"
+    if lst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(lst.st_mode):04o})"
+    return untrusted_ancestry_reason(path, lst.st_uid)
 
 
 def check_config(path: str | None) -> Check:

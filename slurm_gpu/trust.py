@@ -24,22 +24,14 @@ def _trusted_owners() -> frozenset[int]:
     return frozenset({0, os.geteuid()})
 
 
-def untrusted_reason(path: str) -> str | None:
-    """Why ``path`` is not a trusted file, or None when it is (see the module docstring)."""
+def untrusted_ancestry_reason(path: str, owner_uid: int) -> str | None:
+    """Why a directory above ``path`` (an entry owned by ``owner_uid``) would let another
+    account replace it, or None: each directory up to ``/`` must be root's (or the caller's)
+    and not writable by group or others, unless it is sticky and the entry below it is root's
+    (or the caller's)."""
     owners = _trusted_owners()
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        return f"cannot stat {real} ({exc.strerror})"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{real} is not a regular file"
-    if st.st_uid not in owners:
-        return f"{real} is owned by uid {st.st_uid}, not root"
-    if st.st_mode & _OTHERS_WRITE:
-        return f"{real} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    child_uid = st.st_uid
-    directory = os.path.dirname(real)
+    child_uid = owner_uid
+    directory = os.path.dirname(os.path.realpath(path))
     while True:
         try:
             dst = os.stat(directory)
@@ -56,6 +48,23 @@ def untrusted_reason(path: str) -> str | None:
             return None
         child_uid = dst.st_uid
         directory = parent
+
+
+def untrusted_reason(path: str) -> str | None:
+    """Why ``path`` is not a trusted file, or None when it is (see the module docstring)."""
+    owners = _trusted_owners()
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"cannot stat {real} ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{real} is not a regular file"
+    if st.st_uid not in owners:
+        return f"{real} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"{real} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return untrusted_ancestry_reason(real, st.st_uid)
 
 
 def require_trusted_file(path: str) -> str:

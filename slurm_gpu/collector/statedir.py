@@ -21,6 +21,7 @@ import stat
 
 from slurm_gpu.collector.safefs import DIR_FLAGS, OTHERS_WRITE
 from slurm_gpu.errors import ConfigError
+from slurm_gpu.trust import untrusted_ancestry_reason
 
 #: Names in the state directory that root opens by name through a library (SQLite) and
 #: therefore must be, when they exist, regular files of this user with a single link.
@@ -47,23 +48,8 @@ def _refuse(path: str, reason: str) -> ConfigError:
 
 def untrusted_parents_reason(path: str, owner_uid: int) -> str | None:
     """Why a directory above ``path`` (owned by ``owner_uid``) lets another account replace
-    ``path``, or None."""
-    child_uid = owner_uid
-    directory = os.path.dirname(os.path.realpath(path))
-    while True:
-        try:
-            st = os.stat(directory)
-        except OSError as exc:
-            return f"cannot stat {directory} ({exc.strerror})"
-        if not _trusted(st.st_uid):
-            return f"directory {directory} is owned by uid {st.st_uid}, not root"
-        if st.st_mode & OTHERS_WRITE and not (st.st_mode & stat.S_ISVTX and _trusted(child_uid)):
-            return f"directory {directory} is writable by group or others"
-        parent = os.path.dirname(directory)
-        if parent == directory:
-            return None
-        child_uid = st.st_uid
-        directory = parent
+    ``path``, or None (``trust.untrusted_ancestry_reason``)."""
+    return untrusted_ancestry_reason(path, owner_uid)
 
 
 def open_state_dir(path: str) -> int:
