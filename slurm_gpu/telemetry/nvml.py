@@ -522,8 +522,9 @@ class NvmlSource:
     def _fields(self, dev: _Device, values: dict[str, Any]) -> None:
         nv = self._lib()
         raw = self._try(nv.nvmlDeviceGetFieldValues, dev.handle, REQUEST)
-        got = decode(raw).values if raw is not None else {}
-        stamps = decode(raw).timestamp_us if raw is not None else {}
+        reading = decode(raw) if raw is not None else None
+        got = reading.values if reading is not None else {}
+        stamps = reading.timestamp_us if reading is not None else {}
         if "energy_mj" in got:
             values["energy_mj"] = int(got["energy_mj"])
         power = got.get("power_mw")

@@ -16,12 +16,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.telemetry.nvml_calls import (
-    FUNCTION_NOT_FOUND,
-    INSUFFICIENT_SIZE,
-    NO_ID,
-    SUCCESS,
-)
+from slurm_gpu.telemetry.nvml_calls import INSUFFICIENT_SIZE, NO_ID, SUCCESS
 
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _MAX_TRIES = 3
@@ -97,6 +92,3 @@ def _convert(entry: Any) -> RawProcess:
         gpu_instance_id=int(getattr(entry, "gpuInstanceId", NO_ID)),
         compute_instance_id=int(getattr(entry, "computeInstanceId", NO_ID)),
     )
-
-
-__all__ = ["FUNCTION_NOT_FOUND", "RawProcess", "candidates", "running_processes", "v3_struct"]
