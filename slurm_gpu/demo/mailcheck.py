@@ -97,12 +97,14 @@ def fallback_job_ids(directory: Path, *, since_s: float = 0.0) -> frozenset[str]
 def fallback_dir_of(fallback_mailprog: str) -> Path | None:
     """Where the test cluster's fallback recorder (``<TC_ROOT>/hooks/fallback-mail``) writes:
     ``<TC_ROOT>/fallback-mail``; ``None`` for any other mail program (a site's
-    ``/usr/bin/mail`` leaves nothing the demo can count)."""
+    ``/usr/bin/mail`` leaves nothing the demo can count, and neither does a directory this
+    account cannot list: it is SlurmUser's, mode 0750, and the demo runs as root)."""
     prog = Path(fallback_mailprog)
     if prog.name != FALLBACK_DIR_NAME or prog.parent.name != "hooks":
         return None
     directory = prog.parent.parent / FALLBACK_DIR_NAME
-    return directory if directory.is_dir() else None
+    readable = directory.is_dir() and os.access(directory, os.R_OK | os.X_OK)
+    return directory if readable else None
 
 
 def tally_mail(
