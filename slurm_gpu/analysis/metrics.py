@@ -312,11 +312,19 @@ def wasted_gpu_hours(gpus: Sequence[GpuMetrics], elapsed_s: float) -> float | No
     definition: the engine, ``gpueff``, the e-mail and the weekly report call it (or, in SQL,
     reproduce it from the same stored per-GPU numbers).
     """
-    observed = [g for g in gpus if g.duty_mean_pct is not None]
+    observed = [(g.used, g.idle_share_pct) for g in gpus if g.duty_mean_pct is not None]
+    return wasted_gpu_hours_of(observed, elapsed_s)
+
+
+def wasted_gpu_hours_of(
+    observed: Sequence[tuple[bool, float | None]], elapsed_s: float
+) -> float | None:
+    """``wasted_gpu_hours`` from each observed GPU's (used, idle share in percent), for readers
+    that hold only those numbers (the per-job report); hours, ``None`` for no GPU."""
     if not observed:
         return None
     hours = max(elapsed_s, 0.0) / SECONDS_PER_HOUR
-    return sum(hours if not g.used else (g.idle_share_pct or 0.0) / 100.0 * hours for g in observed)
+    return sum(hours if not used else (idle or 0.0) / 100.0 * hours for used, idle in observed)
 
 
 def _spread(values: Sequence[float]) -> float | None:

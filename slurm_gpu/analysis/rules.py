@@ -185,6 +185,7 @@ def idle_head(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
         "idle_head_pct": _r(hit[1]),
         "elapsed_s": m.elapsed_s,
         "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+        "gpus_used": m.gpus_used,
         **_edge_thresholds(s),
     }
     return [Finding(Code.IDLE_HEAD, Severity.WARNING, ev)]
@@ -199,6 +200,7 @@ def idle_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
         "idle_tail_pct": _r(hit[1]),
         "elapsed_s": m.elapsed_s,
         "gpu_hours_idle": _r(hit[0] / 3600.0 * len(_used(m, s)), 3),
+        "gpus_used": m.gpus_used,
         **_edge_thresholds(s),
     }
     return [Finding(Code.IDLE_TAIL, Severity.WARNING, ev)]
@@ -394,6 +396,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         "busy_low_power_pct": s.busy_low_power_pct,
         "busy_nearly_empty": int(tiny_kernels),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
+        "gpus_used": m.gpus_used,
     }
     return [Finding(Code.LOW_PARALLELISM, Severity.WARNING, ev)]
 

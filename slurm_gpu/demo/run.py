@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpu.config import Settings
+from slurm_gpu.demo.mailcheck import failure_line, fallback_dir_of, summary_line, tally_mail
 from slurm_gpu.demo.patterns import PATTERNS
 from slurm_gpu.demo.showcase import (
     EndedJob,
@@ -43,6 +44,9 @@ from slurm_gpu.errors import UsageError
 from slurm_gpu.store.store import mask_url
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+#: Seconds to wait, after the collection, for the e-mails of the jobs that asked for one.
+MAIL_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -121,20 +125,34 @@ def run_demo(settings: Settings, opts: DemoOptions, echo: Echo) -> int:
             _show_gpueff(echo, settings, job, run_as, out / "gpueff")
         if record_dir:
             _record(echo, settings, [j for j in ended if j.job_id in stored], Path(record_dir))
-        mails = _send_mails(
-            echo, settings, [j for j in ended if j.pattern in MAILED], stored, recipient
-        )
+        asked = [j for j in ended if j.pattern in MAILED]
+        mails = _send_mails(echo, settings, asked, stored, recipient)
         report = out / "weekly-report.html"
         _weekly_report(echo, settings, started_s, report)
+        fallback_dir = fallback_dir_of(settings.mail.fallback_mailprog)
+        tally = None
         if sink is not None:
-            deadline = time.monotonic() + 10
-            while len(sink.saved) < mails and time.monotonic() < deadline:
-                time.sleep(0.2)
+            # slurmctld's MailProg sends once the job is stored, i.e. moments after the
+            # collection above; wait until each job that asked has one message or the other.
+            tally = tally_mail(
+                [j.job_id for j in asked],
+                lambda: sink.saved,
+                fallback_dir,
+                since_s=started_s,
+                timeout_s=max(MAIL_WAIT_S, 10.0 * settings.mail.poll_interval_s),
+            )
+            mail_failed = failure_line(tally, {j.job_id: j.pattern for j in asked})
+        elif mails < len(asked):
+            mail_failed = f"e-mails: {len(asked) - mails} of {len(asked)} were not sent"
+        else:
+            mail_failed = None
         echo.out("")
         echo.out(f"done in {time.monotonic() - t0:.0f} s. Where everything is:")
         echo.out(f"  what each job's owner sees:  gpueff JOBID  (saved in {out / 'gpueff'})")
-        if sink is not None:
-            echo.out(f"  e-mails after the jobs:      {len(sink.saved)} .eml in {out / 'mail'}")
+        if tally is not None:
+            echo.out(
+                "  e-mails after the jobs:      " + summary_line(tally, out / "mail", fallback_dir)
+            )
         else:
             echo.out(
                 f"  e-mails after the jobs:      sent through {settings.mail.smtp_host}:"
@@ -146,7 +164,10 @@ def run_demo(settings: Settings, opts: DemoOptions, echo: Echo) -> int:
     finally:
         if sink is not None:
             sink.stop()
-    return 1 if left or set(ids) - set(stored) else 0
+    if mail_failed:
+        # Loud and last, so that a demo whose e-mails went astray does not look like a success.
+        echo.err(mail_failed)
+    return 1 if left or set(ids) - set(stored) or mail_failed else 0
 
 
 def _me() -> str:

@@ -109,7 +109,10 @@ def gpu_line(node: str, summary: GpuSummary, spark: tuple[float | None, ...] = (
         else summary.info.index,
         duty_mean_pct=util.mean,
         duty_p50_pct=util.percentile(50),
-        idle_fraction=(summary.idle_samples / util.n) if util.n else None,
+        # Over the readings the GPU answered, as the analysis and the store count it.
+        idle_fraction=(summary.idle_samples / summary.samples_available)
+        if summary.samples_available
+        else None,
         sm_active_mean_pct=summary.sm_active_mean_pct,
         memory_peak_bytes=summary.memory_used_max_bytes,
         memory_total_bytes=summary.info.memory_total_bytes,

@@ -11,6 +11,12 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slurm_gpu.analysis.metrics import wasted_gpu_hours_of
+from slurm_gpu.config import AnalysisSettings
+
+#: The analysis's default threshold of an unused GPU, percent (``[analysis]``).
+UNUSED_MAX_DUTY_PCT: float = AnalysisSettings().unused_max_duty_pct
+
 
 class TelemetryStatus(StrEnum):
     """Where the GPU part of a report comes from, or why there is none."""
@@ -131,6 +137,8 @@ class JobReport:
     array_job_id: str | None = None
     mail_user: str | None = None
     notes: tuple[str, ...] = field(default=())
+    unused_max_duty_pct: float = UNUSED_MAX_DUTY_PCT
+    """``[analysis] unused_max_duty_pct``: a GPU at or below this mean duty cycle was unused."""
 
     # ------------------------------------------------------------------ derived numbers
 
@@ -179,13 +187,21 @@ class JobReport:
 
     @property
     def gpu_hours_wasted(self) -> float | None:
-        """Allocated GPU-hours not spent busy (1 − mean duty cycle), ``None`` without data."""
+        """Idle GPU-hours, the engine's one definition (``metrics.wasted_gpu_hours``): per GPU
+        with readings, the whole elapsed time when it was unused (mean duty cycle at or below
+        ``unused_max_duty_pct``), else its share of idle readings × elapsed; hours, ``None``
+        without data. Under-use (a GPU busy 40 % of the time) is not counted here."""
         if not self.has_gpu_numbers:
             return None
-        duty = self.duty_mean_pct
-        if duty is None:
-            return None
-        return self.gpu_hours_allocated * (1.0 - duty / 100.0)
+        observed = [
+            (
+                g.duty_mean_pct > self.unused_max_duty_pct,
+                None if g.idle_fraction is None else 100.0 * g.idle_fraction,
+            )
+            for g in self.gpus
+            if g.duty_mean_pct is not None
+        ]
+        return wasted_gpu_hours_of(observed, self.elapsed_s)
 
     @property
     def energy_j(self) -> float | None:

@@ -141,8 +141,8 @@ def test_completed_job_shows_header_gpus_findings_and_sbatch_lines() -> None:
     assert "evidence: GPU node1:1, mean duty cycle 0 %" in out
     assert "#SBATCH --gpus=1" in out
     assert "final" in out and "LIVE" not in out
-    # 2 GPUs x 1 h, mean duty 40 %: 1.2 GPU-hours idle.
-    assert "2.00 allocated, 1.20 idle" in out
+    # 2 GPUs x 1 h: GPU 0 never idle (80 %), GPU 1 never used: 1 GPU-hour idle.
+    assert "2.00 allocated, 1.00 idle" in out
     assert "25 % efficiency" in out  # 2 h CPU over 8 cores x 1 h
     assert "4 GiB peak of 32 GiB requested (12 %)" in out
     assert not ANSI.search(out), "no colour when not on a terminal"

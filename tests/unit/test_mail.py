@@ -216,7 +216,7 @@ def test_end_mail_arrives_as_text_and_html_with_inline_chart(
     text = plain.get_content()
     assert "Job 1001 (train-resnet) ended: COMPLETED" in text
     assert "#SBATCH --gpus=1" in text and "#SBATCH --gpus=1" in html
-    assert "2.00 allocated, 1.20 idle" in text
+    assert "2.00 allocated, 1.00 idle" in text
     assert "An allocated GPU was never used" in html
     assert "gpueff 1001" in text and "gpueff 1001" in html
     assert f'<a href="{DOCS}">' in html
@@ -560,11 +560,11 @@ def test_policy_mails_wasteful_jobs_once_per_period(
     inbox, port = smtp
     quiet = dict(mail_type=None, mail_user=None)
     jobs = [
-        F.job(job_id="1", job_id_display="1", **quiet),  # 1.2 GPU-h idle: mailed
+        F.job(job_id="1", job_id_display="1", **quiet),  # 1.0 GPU-h idle (GPU 1 unused): mailed
         F.job(job_id="2", job_id_display="2", **quiet),  # same user, same period: not again
         F.job(job_id="3", job_id_display="3", user="optout", **quiet),
         F.job(job_id="4", job_id_display="4", user="bob", mail_type="END"),  # gets Slurm's mail
-        F.job(job_id="5", job_id_display="5", user="carol", elapsed_s=600, **quiet),  # 0.2 GPU-h
+        F.job(job_id="5", job_id_display="5", user="carol", elapsed_s=600, **quiet),  # 0.17 GPU-h
     ]
     n = notifier(port, jobs, tmp_path, opts=NotifyOptions(recipient_domain="example.org"))
     mailed = policy_mails(n, jobs, min_gpu_hours=1.0, period_s=86400, opt_out=frozenset({"optout"}))
