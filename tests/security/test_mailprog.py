@@ -139,9 +139,10 @@ def mail_site(tmp_path: Path, isolated_python: Path) -> Iterator[Site]:
         root / "hooks" / "fallback-mail",
         "#!/bin/sh\n"
         "env_given=$(/usr/bin/env | /usr/bin/sort)\n"
-        f'f=$(mktemp "{records}/${{SLURM_JOB_ID:-none}}.XXXXXX") || exit 1\n'
+        # Written aside, then renamed: a reader never sees a half-written record.
+        f'part="{root}/part.$$"; f="{records}/${{SLURM_JOB_ID:-none}}.$$"\n'
         '{ for a in "$@"; do printf \'arg=%s\\n\' "$a"; done; echo "env:";'
-        ' printf \'%s\\n\' "$env_given"; } >"$f"\n'
+        ' printf \'%s\\n\' "$env_given"; } >"$part" && mv "$part" "$f"\n'
         "cat >/dev/null\nexit 0\n",
     )
     sacct_log = root / "sacct.log"
