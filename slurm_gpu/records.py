@@ -285,11 +285,51 @@ class Tres:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStep:
+    """One step of a job (``srun``, the batch script, the extern step) as accounting knows it.
+
+    Only fields no user can type: a step's name is user text and is not kept here.
+    """
+
+    step_id: str
+    """The part of ``JobIDRaw`` after the dot: ``0``, ``12``, ``batch``, ``extern``, ``0+1``."""
+    cpus: int | None
+    """CPUs allocated to the step (its ``AllocCPUS``): what its tasks were bound to."""
+    gpus: int | None
+    """GPUs allocated to the step (``gres/gpu`` of its AllocTRES); ``None`` when not given."""
+    nodes: int | None
+    state: str
+    """Base state, as ``JobRecord.state``."""
+    exit_code: int | None
+    exit_signal: int | None
+    elapsed_s: int
+    total_cpu_s: float | None
+    """The step's TotalCPU (user + system), seconds."""
+
+    @property
+    def is_task(self) -> bool:
+        """A step the user started (``srun``, numbered): not ``batch``, ``extern``, …"""
+        return self.step_id[:1].isdigit()
+
+    @property
+    def failed(self) -> bool:
+        """It ended in a failure state or with a non-zero exit code or a signal."""
+        if self.state in STEP_FAILED_STATES:
+            return True
+        return bool(self.exit_code) or bool(self.exit_signal)
+
+
+#: Step states that are a failure whatever the exit code says.
+STEP_FAILED_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"})
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """One Slurm job (or array task, or het component) as accounting knows it.
 
     Slurm's CamelCase names stay inside the accounting adapters; this record is what every
-    layer above them sees. Step data (MaxRSS, TotalCPU) is already folded into the job.
+    layer above them sees. Step data (MaxRSS, TotalCPU) is already folded into the job;
+    ``steps`` keeps each step's own allocation, outcome and CPU time.
     """
 
     job_id: str
@@ -339,3 +379,6 @@ class JobRecord:
     mail_type: str | None
     gres_gpu_detail: str | None = None
     """Raw GPU index detail where sacct offers it; informational."""
+    steps: tuple[JobStep, ...] = ()
+    """The steps of the run described (the last run of a requeued job), in accounting order;
+    empty where accounting gave none (``--allocations``, old stored jobs)."""

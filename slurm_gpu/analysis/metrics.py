@@ -160,6 +160,31 @@ class JobMetrics:
     nodes_expected: int
     nodes_with_record: int
     gpus: tuple[GpuMetrics, ...]
+    steps: StepMetrics | None = None
+    """The job's ``srun`` steps as accounting knows them; ``None`` without any."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepMetrics:
+    """The job's task steps (``srun``; not ``batch`` or ``extern``) from accounting."""
+
+    total: int
+    failed: int
+    """Steps that ended FAILED, OUT_OF_MEMORY or TIMEOUT, or with a non-zero exit code or a
+    signal; not those that ended NODE_FAIL (the node's failure, counted in ``node_failed``)."""
+    node_failed: int
+    """Steps that ended NODE_FAIL."""
+    first_failed_exit_code: int | None
+    gpu_hours_failed: float
+    """GPU-hours spent by the failed steps: each step's GPUs (its AllocTRES, else the job's
+    GPUs per node times the step's nodes) times its elapsed time, hours; at most the job's."""
+    gpu_hours_estimated: bool
+    """Some failed step did not report its GPUs: its share was estimated as above."""
+    cpus_max: int | None
+    """Most CPUs any step was bound to."""
+    cpu_efficiency_pct: float | None
+    """Σ TotalCPU / Σ (elapsed × CPUs) over the steps with all three known: how busy the
+    cores each step was bound to were, percent (``None`` without such a step)."""
 
 
 # --------------------------------------------------------------------------- seff
@@ -385,6 +410,42 @@ def _stall_and_peak(
     return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
 
 
+def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetrics | None:
+    """The job's task steps summed up; ``None`` when accounting listed none."""
+    tasks = [st for st in job.steps if st.is_task]
+    if not tasks:
+        return None
+    node_failed = [st for st in tasks if st.state == "NODE_FAIL"]
+    failed = [st for st in tasks if st.failed and st.state != "NODE_FAIL"]
+    gpu_hours = 0.0
+    estimated = False
+    for st in failed:
+        gpus: float
+        if st.gpus is not None:
+            gpus = st.gpus
+        else:
+            estimated = True
+            gpus = gpus_allocated / max(nnodes, 1) * (st.nodes or 1)
+        gpu_hours += gpus * max(st.elapsed_s, 0) / SECONDS_PER_HOUR
+    gpu_hours = min(gpu_hours, gpus_allocated * max(job.elapsed_s, 0) / SECONDS_PER_HOUR)
+    used_s = bound_s = 0.0
+    for st in tasks:
+        if st.total_cpu_s is not None and st.cpus and st.elapsed_s > 0:
+            used_s += st.total_cpu_s
+            bound_s += st.elapsed_s * st.cpus
+    cpus = [st.cpus for st in tasks if st.cpus]
+    return StepMetrics(
+        total=len(tasks),
+        failed=len(failed),
+        node_failed=len(node_failed),
+        first_failed_exit_code=failed[0].exit_code if failed else None,
+        gpu_hours_failed=gpu_hours,
+        gpu_hours_estimated=estimated,
+        cpus_max=max(cpus) if cpus else None,
+        cpu_efficiency_pct=100.0 * used_s / bound_s if bound_s > 0 else None,
+    )
+
+
 def job_metrics(
     job: JobRecord, nodes: Sequence[NodeRecord], settings: AnalysisSettings
 ) -> JobMetrics:
@@ -462,4 +523,5 @@ def job_metrics(
         nodes_expected=max(len(job.nodelist), 1),
         nodes_with_record=len(nodes),
         gpus=gpus,
+        steps=step_metrics(job, gpus_allocated, nnodes),
     )

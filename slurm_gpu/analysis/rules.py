@@ -230,6 +230,8 @@ def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> lis
         return []
     if m.whole_node:
         return []  # the site gives whole nodes: asking for fewer cores changes nothing
+    if m.steps is not None and _steps_cpu_bound(m, s):
+        return []  # the steps were bound to too few cores, not given too many
     idle_cores = m.ncpus - m.cpu_used_s / m.elapsed_s
     severity = grade_below(eff, s.cpu_efficiency_max_pct, s)
     if severity is None or idle_cores < s.cpu_idle_min_cores:
@@ -343,6 +345,59 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
 
 
+def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    """The job's steps kept the cores they were bound to pinned while the GPUs were below full
+    use, and were bound to fewer cores than the node gave the job (otherwise the job-wide
+    rules already see it): a task farm of one-core steps is CPU-bound per step although most
+    of the node's cores sat idle."""
+    st = m.steps
+    duty = _used_duty(m, s)
+    if st is None or st.cpu_efficiency_pct is None or duty is None:
+        return False
+    if duty >= s.dataloader_max_duty_pct or st.cpu_efficiency_pct < s.cpu_saturated_strict_pct:
+        return False
+    per_node = m.host_cores_allocated_per_node
+    return per_node is None or st.cpus_max is None or st.cpus_max < per_node
+
+
+def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Each step's cores were saturated while its GPU waited: judged against what the steps
+    were bound to, not against the job's whole allocation."""
+    if not _diagnosable(m) or _input_bound(m, s) or not _steps_cpu_bound(m, s):
+        return []
+    st = m.steps
+    assert st is not None
+    ev = {
+        "step_cpu_efficiency_pct": _r(st.cpu_efficiency_pct),
+        "cpu_saturated_strict_pct": s.cpu_saturated_strict_pct,
+        "step_cpus_max": st.cpus_max,
+        "steps": st.total,
+        "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node, 2),
+        "duty_mean_pct": _r(_used_duty(m, s)),
+        "whole_node": int(m.whole_node),
+    }
+    return [Finding(Code.STEPS_CPU_BOUND, Severity.WARNING, ev)]
+
+
+def steps_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Steps that failed, with the GPU-hours they spent; also inside a job that says
+    COMPLETED (its batch script exited 0 after its ``srun`` steps failed)."""
+    st = m.steps
+    if st is None or st.failed == 0:
+        return []
+    ev = {
+        "steps": st.total,
+        "steps_failed": st.failed,
+        "first_failed_exit_code": st.first_failed_exit_code,
+        "gpu_hours_failed": _r(st.gpu_hours_failed, 3),
+        "gpu_hours_estimated": int(st.gpu_hours_estimated),
+        "job_completed": int(job.state == "COMPLETED"),
+        "derived_exit_code": job.derived_exit_code,
+    }
+    severity = Severity.CRITICAL if st.failed == st.total else Severity.WARNING
+    return [Finding(Code.STEPS_FAILED, severity, ev)]
+
+
 def too_few_cpus_per_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Input-bound with fewer cores per GPU than the site recommends."""
     if not _diagnosable(m) or m.cpus_per_gpu is None or not _input_bound(m, s):
@@ -360,7 +415,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
     """Steadily low duty cycle with little GPU memory and idle CPUs: too little work per
     kernel launch (small batches); or busy duty cycle with low SM activity (tiny kernels)."""
     used = _used(m, s)
-    if not _diagnosable(m) or not used or _input_bound(m, s):
+    if not _diagnosable(m) or not used or _input_bound(m, s) or _steps_cpu_bound(m, s):
         return []
     duty = sum(g.duty_mean_pct or 0.0 for g in used) / len(used)
     peaks = [g.memory_peak_pct for g in used if g.memory_peak_pct is not None]
@@ -547,6 +602,24 @@ def hardware_errors(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
     return out
 
 
+def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """A node of the job failed (the job or one of its steps ended NODE_FAIL): the site's
+    problem, not the user's; the GPU-hours the job had spent are reported as lost (work since
+    its last checkpoint is gone)."""
+    steps_down = m.steps.node_failed if m.steps is not None else 0
+    if job.state != "NODE_FAIL" and steps_down == 0:
+        return []
+    ev = {
+        "gpu_hours_lost": _r(m.gpu_hours_allocated, 3),
+        "gpus_allocated": m.gpus_allocated,
+        "nodes": m.nnodes,
+        "elapsed_s": m.elapsed_s,
+        "steps_node_failed": steps_down,
+        "job_node_failed": int(job.state == "NODE_FAIL"),
+    }
+    return [Finding(Code.NODE_FAILED, Severity.CRITICAL, ev)]
+
+
 #: Every rule, in evaluation order. ``unexplained`` runs after them (it needs their results).
 RULES: Sequence[Rule] = (
     too_short,
@@ -559,6 +632,7 @@ RULES: Sequence[Rule] = (
     idle_tail,
     dataloader_bound,
     too_few_cpus_per_gpu,
+    steps_cpu_bound,
     low_parallelism,
     tensor_cores_idle,
     gpu_memory_near_full,
@@ -571,6 +645,8 @@ RULES: Sequence[Rule] = (
     memory_overrequested,
     throttled,
     hardware_errors,
+    node_failed,
+    steps_failed,
 )
 
 #: Causes a specific rule can explain low utilization with; without one, say so (cause 7).

@@ -49,10 +49,21 @@ def _m3_het_index(conn: Connection) -> None:
     schema.ix_jobs_het.create(conn, checkfirst=True)
 
 
+def _m4_job_steps(conn: Connection) -> None:
+    # Migration 1 creates ``jobs`` as declared now (with the column): add it only where an
+    # older store lacks it. Stored jobs keep NULL: no steps known.
+    columns = {c["name"] for c in inspect(conn).get_columns("jobs")}
+    if "steps_json" not in columns:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN steps_json TEXT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
     Migration(3, "index jobs.het_job_id (typed-id lookups without a table scan)", _m3_het_index),
+    Migration(
+        4, "add jobs.steps_json (per-step CPUs, GPUs, state, exit code, CPU time)", _m4_job_steps
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

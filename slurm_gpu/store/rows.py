@@ -8,12 +8,21 @@ tuples ``sqlite_reader`` builds. Nothing here imports a database library.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.records import GpuInfo, GpuSummary, HostSummary, JobRecord, NodeRecord, Tres
+from slurm_gpu.records import (
+    GpuInfo,
+    GpuSummary,
+    HostSummary,
+    JobRecord,
+    JobStep,
+    NodeRecord,
+    Tres,
+)
 from slurm_gpu.store import codec
 
 
@@ -148,6 +157,27 @@ def host_summary_from(r: Any) -> HostSummary | None:
     )
 
 
+def steps_json(steps: Sequence[JobStep]) -> str | None:
+    """The ``jobs.steps_json`` value of a job's steps: a JSON list of their fields; ``None``
+    when accounting gave no step."""
+    if not steps:
+        return None
+    return json.dumps([dataclasses.asdict(step) for step in steps], separators=(",", ":"))
+
+
+_STEP_FIELDS = frozenset(f.name for f in dataclasses.fields(JobStep))
+
+
+def steps_from(value: str | None) -> tuple[JobStep, ...]:
+    """The steps of a ``jobs.steps_json`` value (``None``: stored before version 4, no step)."""
+    if not value:
+        return ()
+    return tuple(
+        JobStep(**{k: v for k, v in item.items() if k in _STEP_FIELDS})
+        for item in json.loads(value)
+    )
+
+
 def job_from(r: Any) -> JobRecord:
     """The ``JobRecord`` from a ``jobs`` row."""
     tres = json.loads(r.tres_json)
@@ -188,6 +218,7 @@ def job_from(r: Any) -> JobRecord:
         mail_user=r.mail_user,
         mail_type=r.mail_type,
         gres_gpu_detail=r.gres_gpu_detail,
+        steps=steps_from(getattr(r, "steps_json", None)),
     )
 
 

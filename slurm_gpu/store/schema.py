@@ -100,6 +100,8 @@ jobs = Table(
     Column("mail_user", Text),
     Column("mail_type", String(200)),
     Column("gres_gpu_detail", Text),
+    # Since schema version 4: JSON list of the job's steps (``JobStep`` fields; no step name).
+    Column("steps_json", Text),
     Column("telemetry", String(16), nullable=False),
     Column("telemetry_source", String(32)),
     Column("interval_s", Float),

@@ -210,6 +210,7 @@ def _job_row(b: JobBundle, collected_at_s: float) -> dict[str, Any]:
         "mail_user": j.mail_user,
         "mail_type": j.mail_type,
         "gres_gpu_detail": j.gres_gpu_detail,
+        "steps_json": rows.steps_json(j.steps),
         "telemetry": b.telemetry,
         "telemetry_source": first.source if first else None,
         "interval_s": first.interval_s if first else None,

@@ -16,6 +16,7 @@ from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.evaluation.score import run
 from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
+from slurm_gpu.records import JobStep
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates" / "findings"
@@ -109,6 +110,18 @@ def _scenarios() -> list[Finding]:
             job(gpus=2),
             [node([gpu("GPU-a", max_processes=4), gpu("GPU-b", duty=0.0, mem_frac=0.005)])],
         ),
+        # A task farm of one-core steps, all failed; a node failure.
+        (
+            replace(
+                job(cpus=96, gpus=4, total_cpu=4 * 3600.0),
+                steps=(
+                    JobStep("0", 1, 1, 1, "FAILED", 1, 0, 3000, 2990.0),
+                    JobStep("1", 1, 1, 1, "FAILED", 1, 0, 3000, 2990.0),
+                ),
+            ),
+            [node([gpu(f"GPU-{i}", duty=65.0) for i in range(4)], host_summary=host(cores=96))],
+        ),
+        (job(state="NODE_FAIL"), [node()]),
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
