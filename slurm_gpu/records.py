@@ -221,6 +221,42 @@ class GpuSummary:
     """Up to 16 distinct compute pids seen, first first."""
     sm_active_mean_pct: float | None
     tensor_active_mean_pct: float | None
+    process_list_unread: int | None = None
+    """Answered readings at which the compute-process list could not be read (the source gave
+    ``None``, not an empty list); ``None`` in records sealed before it was counted."""
+    stall_grid: tuple[int, ...] = ()
+    """Readings counted by (duty cycle, host cores busy) at sampling resolution: index
+    ``duty_bin * STALL_CPU_BINS + cpu_bin``, duty in 10 %-wide bins (0–10, 100 in the last)
+    and the job's cores busy on this node as percent of its allocated cores in 5 %-wide bins
+    (0–20, 100 and above in the last). Only readings where both were known; empty in records
+    sealed before it was counted, or when the allocated cores were unknown."""
+
+    @property
+    def process_state(self) -> bool | None:
+        """Whether a compute process ran on this GPU: ``True`` seen, ``False`` none (the list
+        was read at every answered reading and was always empty), ``None`` unknown (the list
+        could not always be read). Records without ``process_list_unread`` infer it: a GPU that
+        ran kernels with no process seen had an unreadable list (a kernel needs a process)."""
+        if self.process_seen:
+            return True
+        if self.process_list_unread is None:
+            mean = self.utilization.mean
+            return None if mean is not None and mean > 1.0 else False
+        return False if self.process_list_unread == 0 else None
+
+
+#: Bins of ``GpuSummary.stall_grid``: duty cycle in 10 % steps, cores busy in 5 % steps.
+STALL_DUTY_BINS = 11
+STALL_CPU_BINS = 21
+STALL_DUTY_STEP_PCT = 10.0
+STALL_CPU_STEP_PCT = 5.0
+
+
+def stall_bin(duty_pct: float, cpu_busy_pct: float) -> int:
+    """The ``stall_grid`` index of one reading (values outside 0–100 clamp to the edges)."""
+    d = min(max(int(duty_pct // STALL_DUTY_STEP_PCT), 0), STALL_DUTY_BINS - 1)
+    c = min(max(int(cpu_busy_pct // STALL_CPU_STEP_PCT), 0), STALL_CPU_BINS - 1)
+    return d * STALL_CPU_BINS + c
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,15 @@ from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
 from slurm_gpu.config import AnalysisSettings
-from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord
+from slurm_gpu.records import (
+    STALL_CPU_BINS,
+    STALL_CPU_STEP_PCT,
+    STALL_DUTY_BINS,
+    STALL_DUTY_STEP_PCT,
+    GpuSummary,
+    JobRecord,
+    NodeRecord,
+)
 
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_KWH = 3.6e6
@@ -78,8 +86,9 @@ class GpuMetrics:
     xid_events: tuple[int, ...]
     process_seen: bool
     processes_known: bool
-    """Whether the process list could be read on this GPU's node. The sampler records only
-    whether a process was ever seen; a GPU that ran kernels with no process seen proves the
+    """Whether the process list could be read on this GPU: at every answered reading, where
+    the sampler counted unreadable lists (``GpuSummary.process_list_unread``). Records sealed
+    before that are judged per node: a GPU that ran kernels with no process seen proves the
     list was unreadable there (a kernel needs a process), so ``process_seen=False`` on any GPU
     of that node means "unknown", not "none"."""
     max_processes: int
@@ -141,10 +150,11 @@ class JobMetrics:
     energy_kwh: float | None
     cpus_per_gpu: float | None
     stall_share_pct: float | None
-    """Share of timeline time in which the used GPUs' mean duty cycle was below
-    ``low_duty_pct`` while the job's host cores were busy at ``cpu_saturated_pct`` or more of
-    the node's allocation, percent (input-bound time). Measured on the downsampled timeline,
-    so its resolution is the bucket width."""
+    """Share of time in which the used GPUs' duty cycle was below ``low_duty_pct`` while the
+    job's host cores were busy at ``cpu_saturated_pct`` or more of the node's allocation,
+    percent (input-bound time). Counted per reading where the sampler kept the (duty, cores
+    busy) grid (``stall_from_readings``); else measured on the downsampled timeline, whose
+    resolution is the bucket width."""
     stall_share_strict_pct: float | None
     """The same with the GPUs below ``dataloader_max_duty_pct`` and the cores pinned (at
     ``cpu_saturated_strict_pct`` or more), percent: input-bound time of a job at moderate
@@ -160,6 +170,8 @@ class JobMetrics:
     nodes_expected: int
     nodes_with_record: int
     gpus: tuple[GpuMetrics, ...]
+    stall_from_readings: bool = False
+    """The stall shares were counted at sampling resolution (every used GPU had a grid)."""
     steps: StepMetrics | None = None
     """The job's ``srun`` steps as accounting knows them; ``None`` without any."""
 
@@ -249,8 +261,9 @@ def _ratio_pct(part: float | None, whole: float | None) -> float | None:
 
 
 def processes_readable(node: NodeRecord, settings: AnalysisSettings) -> bool:
-    """Whether the node's GPU process lists were readable: False when a GPU ran kernels (mean
-    duty above ``unused_max_duty_pct``) and yet no process was ever seen on it."""
+    """For records without ``process_list_unread``: whether the node's GPU process lists were
+    readable, False when a GPU ran kernels (mean duty above ``unused_max_duty_pct``) and yet
+    no process was ever seen on it."""
     for g in node.gpus:
         mean = g.utilization.mean
         if mean is not None and mean > settings.unused_max_duty_pct and not g.process_seen:
@@ -265,7 +278,8 @@ def gpu_metrics(
     processes_known: bool = True,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
-    ``processes_readable(node)``, computed once per node by the caller."""
+    ``processes_readable(node)``, computed once per node by the caller; it is used only for
+    records sealed before the sampler counted unreadable lists."""
     dist = gpu.utilization
     n = dist.n
     span = node.ended_s - node.started_s
@@ -317,7 +331,9 @@ def gpu_metrics(
         ecc_uncorrected=gpu.ecc_uncorrected,
         xid_events=gpu.xid_events,
         process_seen=gpu.process_seen,
-        processes_known=processes_known,
+        processes_known=processes_known
+        if gpu.process_list_unread is None
+        else gpu.process_list_unread == 0,
         max_processes=gpu.max_processes,
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
         used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
@@ -446,6 +462,39 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
     )
 
 
+def _grid_share(grid: Sequence[int], below_duty_pct: float, cpu_min_pct: float) -> int:
+    """Readings of a stall grid with the duty cycle in a bin wholly below ``below_duty_pct``
+    and the cores busy in a bin at or above ``cpu_min_pct`` (thresholds between bin edges
+    count only whole bins: the share errs low)."""
+    duty_bins = [
+        i for i in range(STALL_DUTY_BINS) if (i + 1) * STALL_DUTY_STEP_PCT <= below_duty_pct
+    ]
+    cpu_bins = [j for j in range(STALL_CPU_BINS) if j * STALL_CPU_STEP_PCT >= cpu_min_pct]
+    return sum(grid[i * STALL_CPU_BINS + j] for i in duty_bins for j in cpu_bins)
+
+
+def stall_shares_from_readings(
+    gpus: Sequence[GpuSummary], settings: AnalysisSettings
+) -> tuple[float, float] | None:
+    """(stall share, strict stall share), percent of readings, from the used GPUs' stall
+    grids; ``None`` when any of them has none (an older record) or no reading was counted."""
+    if not gpus or any(not g.stall_grid for g in gpus):
+        return None
+    total = sum(sum(g.stall_grid) for g in gpus)
+    if total <= 0:
+        return None
+    loose = sum(
+        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct) for g in gpus
+    )
+    strict = sum(
+        _grid_share(
+            g.stall_grid, settings.dataloader_max_duty_pct, settings.cpu_saturated_strict_pct
+        )
+        for g in gpus
+    )
+    return 100.0 * loose / total, 100.0 * strict / total
+
+
 def job_metrics(
     job: JobRecord, nodes: Sequence[NodeRecord], settings: AnalysisSettings
 ) -> JobMetrics:
@@ -482,9 +531,13 @@ def job_metrics(
     energies = [g.energy_kwh for g in gpus if g.energy_kwh is not None]
     nnodes = seff_nnodes(job)
     ncpus = seff_ncpus(job)
-    stall, stall_strict, peak = _stall_and_peak(
-        job, nodes, {g.uuid for g in used}, nnodes, settings
+    used_uuids = {g.uuid for g in used}
+    stall, stall_strict, peak = _stall_and_peak(job, nodes, used_uuids, nnodes, settings)
+    from_readings = stall_shares_from_readings(
+        [g for n in nodes for g in n.gpus if g.info.uuid in used_uuids], settings
     )
+    if from_readings is not None:
+        stall, stall_strict = from_readings
     rss = [n.host.rss_max_bytes for n in nodes if n.host and n.host.rss_max_bytes is not None]
     gpu_count = gpus_allocated or len(gpus)
     cput = seff_cpu_used_s(job)
@@ -516,6 +569,7 @@ def job_metrics(
         cpus_per_gpu=(job.alloc_cpus / gpu_count) if job.alloc_cpus and gpu_count else None,
         stall_share_pct=stall,
         stall_share_strict_pct=stall_strict,
+        stall_from_readings=from_readings is not None,
         host_cores_peak=peak,
         host_cores_allocated_per_node=(job.alloc_cpus / nnodes) if job.alloc_cpus else None,
         host_rss_peak_bytes=max(rss) if rss else None,

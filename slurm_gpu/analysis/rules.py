@@ -341,6 +341,7 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
         "duty_mean_pct": _r(_used_duty(m, s)),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "cpus_per_gpu": _r(m.cpus_per_gpu),
+        "stall_from_readings": int(m.stall_from_readings),
     }
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
 

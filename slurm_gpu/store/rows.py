@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.records import (
+    STALL_CPU_BINS,
+    STALL_DUTY_BINS,
     GpuInfo,
     GpuSummary,
     HostSummary,
@@ -137,7 +139,27 @@ def gpu_from(r: Any) -> GpuSummary:
         pids=_ints(r.pids),
         sm_active_mean_pct=r.sm_active_mean_pct,
         tensor_active_mean_pct=r.tensor_active_mean_pct,
+        process_list_unread=getattr(r, "process_list_unread", None),
+        stall_grid=grid_from(getattr(r, "stall_grid", None)),
     )
+
+
+def grid_text(grid: Sequence[int]) -> str | None:
+    """``GpuSummary.stall_grid`` as stored: sparse ``index:count`` pairs; ``None`` if empty."""
+    if not grid:
+        return None
+    return ",".join(f"{i}:{n}" for i, n in enumerate(grid) if n)
+
+
+def grid_from(text: str | None) -> tuple[int, ...]:
+    """The grid of a stored ``stall_grid`` value (``None``: not counted)."""
+    if text is None:
+        return ()
+    grid = [0] * (STALL_DUTY_BINS * STALL_CPU_BINS)
+    for pair in filter(None, text.split(",")):
+        index, count = pair.split(":")
+        grid[int(index)] = int(count)
+    return tuple(grid)
 
 
 def host_summary_from(r: Any) -> HostSummary | None:

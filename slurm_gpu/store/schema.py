@@ -207,6 +207,10 @@ job_gpus = Table(
     Column("pids", Text, nullable=False),
     Column("sm_active_mean_pct", Float),
     Column("tensor_active_mean_pct", Float),
+    # Since schema version 4: readings whose process list could not be read (NULL: not
+    # counted, sealed before), and the (duty, cores busy) grid as sparse "index:count" pairs.
+    Column("process_list_unread", Integer),
+    Column("stall_grid", Text),
 )
 Index("ix_job_gpus_uuid", job_gpus.c.uuid)
 

@@ -306,6 +306,8 @@ def _gpu_row(job_id: str, host: str, position: int, g: GpuSummary) -> dict[str, 
         "pids": ",".join(map(str, g.pids)),
         "sm_active_mean_pct": g.sm_active_mean_pct,
         "tensor_active_mean_pct": g.tensor_active_mean_pct,
+        "process_list_unread": g.process_list_unread,
+        "stall_grid": rows.grid_text(g.stall_grid),
     }
 
 
