@@ -60,6 +60,8 @@ class Code(StrEnum):
     GPU_UNUSED = "GPU_UNUSED"
     IDLE_HEAD = "IDLE_HEAD"
     IDLE_TAIL = "IDLE_TAIL"
+    IDLE_PHASES = "IDLE_PHASES"
+    RAGGED_TAIL = "RAGGED_TAIL"
     TIME_OVERREQUESTED = "TIME_OVERREQUESTED"
     CPU_OVERREQUESTED = "CPU_OVERREQUESTED"
     MEMORY_OVERREQUESTED = "MEMORY_OVERREQUESTED"
@@ -111,6 +113,8 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_UNUSED: CodeInfo(6, Audience.USER, None),
     Code.IDLE_HEAD: CodeInfo(6, Audience.USER, "nsys"),
     Code.IDLE_TAIL: CodeInfo(6, Audience.USER, "nsys"),
+    Code.IDLE_PHASES: CodeInfo(6, Audience.USER, "nsys"),
+    Code.RAGGED_TAIL: CodeInfo(6, Audience.USER, "nsys", also_causes=(5,)),
     Code.TIME_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.CPU_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.MEMORY_OVERREQUESTED: CodeInfo(6, Audience.USER, None),

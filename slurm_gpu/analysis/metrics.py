@@ -100,6 +100,18 @@ class GpuMetrics:
     does not make a GPU used); without readings, whether a process appeared on it."""
     enough_data: bool
     """At least ``min_samples`` readings were answered."""
+    active_last_s: float | None = None
+    """Epoch seconds of the GPU's last active reading; ``None`` if never active."""
+    idle_phases: int = 0
+    """Mid-job idle phases: runs of timeline buckets at or below ``idle_pct`` at least
+    ``idle_phase_min_s`` long, between the GPU's first and last active bucket."""
+    idle_phases_s: float = 0.0
+    """Their total length, seconds."""
+    idle_phase_cores: float | None = None
+    """Mean cores busy on the node during those phases (what the host did meanwhile)."""
+    busy_cores: float | None = None
+    """Mean cores busy on the node in the GPU's other buckets between its first and last
+    active one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,11 +283,64 @@ def processes_readable(node: NodeRecord, settings: AnalysisSettings) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class IdlePhases:
+    """Mid-job idle phases of one GPU (see ``GpuMetrics.idle_phases``)."""
+
+    count: int
+    total_s: float
+    phase_cores: float | None
+    other_cores: float | None
+
+
+def idle_phases(node: NodeRecord, index: int, settings: AnalysisSettings) -> IdlePhases:
+    """The idle phases of GPU ``index`` of ``node`` from its timeline: runs of buckets at or
+    below ``idle_pct`` (a bucket without a value ends a run) between the GPU's first and last
+    active bucket, counted when at least ``idle_phase_min_s`` long; with the mean cores busy
+    during them and during the rest of that span (time-weighted)."""
+    points = [p for p in node.timeline if index < len(p.gpu_utilization_pct)]
+    values = [p.gpu_utilization_pct[index] for p in points]
+    active = [k for k, u in enumerate(values) if u is not None and u > settings.idle_pct]
+    if len(active) < 2:
+        return IdlePhases(0, 0.0, None, None)
+    count = 0
+    total = 0.0
+    in_phase: set[int] = set()
+    run: list[int] = []
+    for k in range(active[0], active[-1] + 1):
+        u = values[k]
+        if u is not None and u <= settings.idle_pct:
+            run.append(k)
+            continue
+        length = sum(points[j].width_s for j in run)
+        if run and length >= settings.idle_phase_min_s:
+            count += 1
+            total += length
+            in_phase.update(run)
+        run = []
+
+    def mean_cores(keys: list[int]) -> float | None:
+        known = [(points[k].width_s, points[k].host_cpu_cores) for k in keys]
+        weight = sum(w for w, c in known if c is not None)
+        if weight <= 0:
+            return None
+        return sum(w * c for w, c in known if c is not None) / weight
+
+    span = list(range(active[0], active[-1] + 1))
+    return IdlePhases(
+        count,
+        total,
+        mean_cores(sorted(in_phase)),
+        mean_cores([k for k in span if k not in in_phase]),
+    )
+
+
 def gpu_metrics(
     gpu: GpuSummary,
     node: NodeRecord,
     settings: AnalysisSettings,
     processes_known: bool = True,
+    phases: IdlePhases | None = None,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
     ``processes_readable(node)``, computed once per node by the caller; it is used only for
@@ -338,6 +403,11 @@ def gpu_metrics(
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
         used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
         enough_data=gpu.samples_available >= settings.min_samples,
+        active_last_s=gpu.active_last_time_s,
+        idle_phases=phases.count if phases else 0,
+        idle_phases_s=phases.total_s if phases else 0.0,
+        idle_phase_cores=phases.phase_cores if phases else None,
+        busy_cores=phases.other_cores if phases else None,
     )
 
 
@@ -500,9 +570,15 @@ def job_metrics(
 ) -> JobMetrics:
     """All metrics of one job. ``nodes`` may miss some of the job's nodes, or be empty."""
     gpus = tuple(
-        gpu_metrics(g, node, settings, processes_readable(node, settings))
+        gpu_metrics(
+            g,
+            node,
+            settings,
+            processes_readable(node, settings),
+            idle_phases(node, i, settings),
+        )
         for node in nodes
-        for g in node.gpus
+        for i, g in enumerate(node.gpus)
     )
     observed = [g for g in gpus if g.duty_mean_pct is not None]
     used = [g for g in observed if g.used]

@@ -204,6 +204,67 @@ def idle_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
     return [Finding(Code.IDLE_TAIL, Severity.WARNING, ev)]
 
 
+def idle_phases(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The GPUs went idle again and again in mid-job (a step post-processing on CPU, writing
+    results, waiting for I/O): ``idle_phases_min_count`` or more phases of at least
+    ``idle_phase_min_s`` on one GPU, adding up to ``idle_phases_min_pct`` of the used GPUs'
+    time. Reported with what the host did meanwhile."""
+    used = _used(m, s)
+    if not _diagnosable(m) or not used or m.elapsed_s <= 0:
+        return []
+    most = max(g.idle_phases for g in used)
+    idle_s = sum(g.idle_phases_s for g in used)
+    share = 100.0 * idle_s / (m.elapsed_s * len(used))
+    if most < s.idle_phases_min_count or share < s.idle_phases_min_pct:
+        return []
+    with_phases = [g for g in used if g.idle_phases]
+    phases = sum(g.idle_phases for g in with_phases)
+    cores_in = [g.idle_phase_cores for g in with_phases if g.idle_phase_cores is not None]
+    cores_out = [g.busy_cores for g in with_phases if g.busy_cores is not None]
+    ev = {
+        "idle_phases_max_per_gpu": most,
+        "idle_phases": phases,
+        "gpus_with_phases": len(with_phases),
+        "gpus_used": len(used),
+        "idle_phase_mean_s": round(idle_s / phases) if phases else None,
+        "gpu_hours_idle_phases": _r(idle_s / 3600.0, 3),
+        "idle_phases_pct": _r(share),
+        "cores_busy_in_phases": _r(sum(cores_in) / len(cores_in), 2) if cores_in else None,
+        "cores_busy_otherwise": _r(sum(cores_out) / len(cores_out), 2) if cores_out else None,
+        "idle_phase_min_s": s.idle_phase_min_s,
+        "idle_phases_min_count": s.idle_phases_min_count,
+    }
+    return [Finding(Code.IDLE_PHASES, Severity.WARNING, ev)]
+
+
+def ragged_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Some GPUs finished long before the job's last one: for a while only k of n GPUs still
+    worked (uneven shares of work, a straggler, a task farm's last tasks)."""
+    used = [g for g in _used(m, s) if g.active_last_s is not None]
+    if not _diagnosable(m) or len(used) < 2 or m.gpu_hours_allocated <= 0:
+        return []
+    last = max(g.active_last_s or 0.0 for g in used)
+    early = [g for g in used if last - (g.active_last_s or 0.0) >= s.idle_phase_min_s]
+    if not early:
+        return []
+    idle_s = sum(last - (g.active_last_s or 0.0) for g in early)
+    share = 100.0 * idle_s / 3600.0 / m.gpu_hours_allocated
+    if share < s.ragged_tail_min_pct:
+        return []
+    # The last stretch: from the latest time an early GPU stopped, only the rest worked.
+    stretch = last - max(g.active_last_s or 0.0 for g in early)
+    ev = {
+        "gpus_used": len(used),
+        "gpus_still_working": len(used) - len(early),
+        "ragged_span_s": round(last - min(g.active_last_s or 0.0 for g in early)),
+        "last_stretch_s": round(stretch),
+        "gpu_hours_ragged": _r(idle_s / 3600.0, 3),
+        "ragged_pct": _r(share),
+        "ragged_tail_min_pct": s.ragged_tail_min_pct,
+    }
+    return [Finding(Code.RAGGED_TAIL, Severity.WARNING, ev)]
+
+
 def time_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """The job finished far inside its time limit (hurts backfill and the user's wait)."""
     if m.status is DataStatus.TOO_SHORT or job.state not in FINISHED_NORMALLY:
@@ -631,6 +692,8 @@ RULES: Sequence[Rule] = (
     ranks_share_gpu,
     idle_head,
     idle_tail,
+    idle_phases,
+    ragged_tail,
     dataloader_bound,
     too_few_cpus_per_gpu,
     steps_cpu_bound,
@@ -652,6 +715,8 @@ RULES: Sequence[Rule] = (
 
 #: Causes a specific rule can explain low utilization with; without one, say so (cause 7).
 _EXPLAINING = frozenset({1, 2, 3, 4, 5})
+#: Cause-6 findings that explain low utilization too (the GPUs sat idle for a stated time).
+_EXPLAINING_CODES = frozenset({Code.IDLE_HEAD, Code.IDLE_TAIL, Code.IDLE_PHASES, Code.RAGGED_TAIL})
 
 
 def unexplained(
@@ -661,10 +726,7 @@ def unexplained(
     duty = _used_duty(m, s)
     if not _diagnosable(m) or duty is None or duty >= s.low_duty_pct:
         return []
-    if any(
-        f.cause in _EXPLAINING or f.code is Code.IDLE_TAIL or f.code is Code.IDLE_HEAD
-        for f in found
-    ):
+    if any(f.cause in _EXPLAINING or f.code in _EXPLAINING_CODES for f in found):
         return []
     ev = {"duty_mean_pct": _r(duty), "gpus_used": m.gpus_used}
     return [Finding(Code.LOW_UTILIZATION_UNEXPLAINED, Severity.WARNING, ev)]

@@ -122,6 +122,21 @@ def _scenarios() -> list[Finding]:
             [node([gpu(f"GPU-{i}", duty=65.0) for i in range(4)], host_summary=host(cores=96))],
         ),
         (job(state="NODE_FAIL"), [node()]),
+        # Recurring mid-job idle phases; a ragged end (one GPU stops 30 min early).
+        (
+            job(elapsed=7200, limit=14400),
+            [
+                node(
+                    [gpu(duty=60.0, end=T0 + 7200, active=(T0 + 60, T0 + 7140))],
+                    end=T0 + 7200,
+                    tl=timeline(([80.0] * 10 + [0.0] * 10) * 6, [1.0] * 120),
+                )
+            ],
+        ),
+        (
+            job(gpus=2),
+            [node([gpu("GPU-a"), gpu("GPU-b", active=(T0 + 10, T0 + 1800))])],
+        ),
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
