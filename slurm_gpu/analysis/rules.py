@@ -212,6 +212,8 @@ def idle_phases(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Find
     used = _used(m, s)
     if not _diagnosable(m) or not used or m.elapsed_s <= 0:
         return []
+    if communication_wait(m, job, s):
+        return []  # idle while NVLink traffic flows: waiting on communication (cause 5)
     most = max(g.idle_phases for g in used)
     idle_s = sum(g.idle_phases_s for g in used)
     share = 100.0 * idle_s / (m.elapsed_s * len(used))

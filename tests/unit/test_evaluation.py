@@ -31,8 +31,17 @@ def test_targets_hold_on_held_out_seeds(seed: int) -> None:
     for c in ev.causes:
         if c.labelled:
             assert c.recall is not None and c.recall >= 0.9, c
+        if c.predicted >= 4:
+            assert c.precision is not None and c.precision >= 0.9, c
     assert ev.false_alarm_rate is not None and ev.false_alarm_rate <= 0.05
     assert ev.profiler_coverage == 1.0
+    assert ev.recommendations > 0
+    assert (ev.recs_invalid, ev.recs_below_use, ev.recs_incoherent, ev.recs_not_actionable) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_generation_is_deterministic_and_varied() -> None:
