@@ -139,7 +139,7 @@ def test_steps_survive_the_store_and_the_sqlite_reader(tmp_path: Path) -> None:
     assert again is not None and again.job.steps == steps
 
 
-def test_a_version_3_store_gains_the_steps_column_and_keeps_its_jobs(tmp_path: Path) -> None:
+def test_a_version_3_store_gains_the_migration_4_columns_and_keeps_its_jobs(tmp_path: Path) -> None:
     import sqlalchemy as sa
 
     url = f"sqlite:///{tmp_path}/store.db"
@@ -152,6 +152,8 @@ def test_a_version_3_store_gains_the_steps_column_and_keeps_its_jobs(tmp_path: P
     raw = sa.create_engine(url)
     with raw.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN steps_json")
+        conn.exec_driver_sql("ALTER TABLE job_gpus DROP COLUMN process_list_unread")
+        conn.exec_driver_sql("ALTER TABLE job_gpus DROP COLUMN stall_grid")
         conn.exec_driver_sql("DELETE FROM schema_version WHERE version > 3")
     raw.dispose()
     with Store.open(url) as store:
@@ -159,6 +161,9 @@ def test_a_version_3_store_gains_the_steps_column_and_keeps_its_jobs(tmp_path: P
             assert migrations.current_version(conn) == migrations.LATEST_VERSION
         got = store.get_job("7")
         assert got is not None and got.job.steps == ()
+        # Rows stored before: the GPU counters read as "not counted".
+        assert got.nodes[0].gpus[0].process_list_unread is None
+        assert got.nodes[0].gpus[0].stall_grid == ()
         store.write_batch(
             [
                 JobBundle(
