@@ -297,6 +297,27 @@ class AnalysisSettings:
         min=0,
         max=100,
     )
+    idle_phase_min_s: float = _opt(
+        300.0,
+        "A mid-job run of idle timeline buckets at least this long is an idle phase.",
+        min=0,
+    )
+    idle_phases_min_count: int = _opt(
+        3, "Idle phases on one GPU from which they are reported as recurring.", min=1
+    )
+    idle_phases_min_pct: float = _opt(
+        10.0,
+        "... when they also add up to at least this share of the used GPUs' time.",
+        min=0,
+        max=100,
+    )
+    ragged_tail_min_pct: float = _opt(
+        3.0,
+        "GPUs that stopped working before the job's last one (by idle_phase_min_s or more) "
+        "are a ragged tail when the GPU-hours they sat idle reach this share of the job's.",
+        min=0,
+        max=100,
+    )
     exclusive_partitions: tuple[str, ...] = _opt(
         [], "Partitions that allocate whole nodes: no CPU, memory or GPU-count reductions there."
     )

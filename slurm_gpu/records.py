@@ -221,6 +221,42 @@ class GpuSummary:
     """Up to 16 distinct compute pids seen, first first."""
     sm_active_mean_pct: float | None
     tensor_active_mean_pct: float | None
+    process_list_unread: int | None = None
+    """Answered readings at which the compute-process list could not be read (the source gave
+    ``None``, not an empty list); ``None`` in records sealed before it was counted."""
+    stall_grid: tuple[int, ...] = ()
+    """Readings counted by (duty cycle, host cores busy) at sampling resolution: index
+    ``duty_bin * STALL_CPU_BINS + cpu_bin``, duty in 10 %-wide bins (0–10, 100 in the last)
+    and the job's cores busy on this node as percent of its allocated cores in 5 %-wide bins
+    (0–20, 100 and above in the last). Only readings where both were known; empty in records
+    sealed before it was counted, or when the allocated cores were unknown."""
+
+    @property
+    def process_state(self) -> bool | None:
+        """Whether a compute process ran on this GPU: ``True`` seen, ``False`` none (the list
+        was read at every answered reading and was always empty), ``None`` unknown (the list
+        could not always be read). Records without ``process_list_unread`` infer it: a GPU that
+        ran kernels with no process seen had an unreadable list (a kernel needs a process)."""
+        if self.process_seen:
+            return True
+        if self.process_list_unread is None:
+            mean = self.utilization.mean
+            return None if mean is not None and mean > 1.0 else False
+        return False if self.process_list_unread == 0 else None
+
+
+#: Bins of ``GpuSummary.stall_grid``: duty cycle in 10 % steps, cores busy in 5 % steps.
+STALL_DUTY_BINS = 11
+STALL_CPU_BINS = 21
+STALL_DUTY_STEP_PCT = 10.0
+STALL_CPU_STEP_PCT = 5.0
+
+
+def stall_bin(duty_pct: float, cpu_busy_pct: float) -> int:
+    """The ``stall_grid`` index of one reading (values outside 0–100 clamp to the edges)."""
+    d = min(max(int(duty_pct // STALL_DUTY_STEP_PCT), 0), STALL_DUTY_BINS - 1)
+    c = min(max(int(cpu_busy_pct // STALL_CPU_STEP_PCT), 0), STALL_CPU_BINS - 1)
+    return d * STALL_CPU_BINS + c
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,11 +321,51 @@ class Tres:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStep:
+    """One step of a job (``srun``, the batch script, the extern step) as accounting knows it.
+
+    Only fields no user can type: a step's name is user text and is not kept here.
+    """
+
+    step_id: str
+    """The part of ``JobIDRaw`` after the dot: ``0``, ``12``, ``batch``, ``extern``, ``0+1``."""
+    cpus: int | None
+    """CPUs allocated to the step (its ``AllocCPUS``): what its tasks were bound to."""
+    gpus: int | None
+    """GPUs allocated to the step (``gres/gpu`` of its AllocTRES); ``None`` when not given."""
+    nodes: int | None
+    state: str
+    """Base state, as ``JobRecord.state``."""
+    exit_code: int | None
+    exit_signal: int | None
+    elapsed_s: int
+    total_cpu_s: float | None
+    """The step's TotalCPU (user + system), seconds."""
+
+    @property
+    def is_task(self) -> bool:
+        """A step the user started (``srun``, numbered): not ``batch``, ``extern``, …"""
+        return self.step_id[:1].isdigit()
+
+    @property
+    def failed(self) -> bool:
+        """It ended in a failure state or with a non-zero exit code or a signal."""
+        if self.state in STEP_FAILED_STATES:
+            return True
+        return bool(self.exit_code) or bool(self.exit_signal)
+
+
+#: Step states that are a failure whatever the exit code says.
+STEP_FAILED_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"})
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """One Slurm job (or array task, or het component) as accounting knows it.
 
     Slurm's CamelCase names stay inside the accounting adapters; this record is what every
-    layer above them sees. Step data (MaxRSS, TotalCPU) is already folded into the job.
+    layer above them sees. Step data (MaxRSS, TotalCPU) is already folded into the job;
+    ``steps`` keeps each step's own allocation, outcome and CPU time.
     """
 
     job_id: str
@@ -339,3 +415,6 @@ class JobRecord:
     mail_type: str | None
     gres_gpu_detail: str | None = None
     """Raw GPU index detail where sacct offers it; informational."""
+    steps: tuple[JobStep, ...] = ()
+    """The steps of the run described (the last run of a requeued job), in accounting order;
+    empty where accounting gave none (``--allocations``, old stored jobs)."""

@@ -37,7 +37,7 @@ from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.accounting.tres import mem_bytes, parse_mem, parse_tres
 from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN, WORK_DIR_MAX_LEN
 from slurm_gpu.errors import AccountingError
-from slurm_gpu.records import JobRecord
+from slurm_gpu.records import JobRecord, JobStep
 from slurm_gpu.textsafe import clean_user_text
 
 #: Delimiter of the accounting query (which holds no user text).
@@ -348,7 +348,9 @@ def parse_sacct_output(
     every job has an empty name and no comment or working directory.
 
     Steps fold into their job: MaxRSS is the largest over the steps, TotalCPU is the job line's
-    (which sacct already sums over the steps) or, when that is empty, the sum of the steps.
+    (which sacct already sums over the steps) or, when that is empty, the sum of the steps;
+    each step is also kept (``JobRecord.steps``: its CPUs, GPUs, state, exit code, elapsed and
+    TotalCPU, all from the accounting query, never its user-chosen name).
     When a requeued job appears more than once (``--duplicates``), the last run wins and
     ``restarts`` counts the earlier ones. A record that cannot be read is skipped (and, with
     a reason, listed in ``rejected``); the others are unaffected. Never raises.
@@ -443,6 +445,27 @@ def _to_record(run: _Run, *, restarts: int, text: UserText | None) -> JobRecord:
         admin_comment=_opt_str(row["AdminComment"]),
         mail_user=None,
         mail_type=None,
+        steps=tuple(_to_step(step) for step in run.steps),
+    )
+
+
+def _to_step(row: Mapping[str, str]) -> JobStep:
+    """One step line of the accounting query (fields no user can type; never the step name)."""
+    state, _ = parse_state(row["State"])
+    exit_code, exit_signal = parse_exit(row["ExitCode"])
+    elapsed = _opt_int(row["ElapsedRaw"])
+    if elapsed is None:
+        elapsed = int(parse_duration(row["Elapsed"]) or 0)
+    return JobStep(
+        step_id=row["JobIDRaw"].split(".", 1)[1],
+        cpus=_opt_int(row["AllocCPUS"]),
+        gpus=parse_tres(row["AllocTRES"]).gpus,
+        nodes=_opt_int(row["NNodes"]),
+        state=state,
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        elapsed_s=elapsed,
+        total_cpu_s=parse_duration(row["TotalCPU"]),
     )
 
 

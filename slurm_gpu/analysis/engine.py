@@ -14,7 +14,7 @@ from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord, NodeRecord
 
 #: Bumped whenever a rule or a metric changes meaning; stored with every finding.
-ANALYSIS_VERSION = "2"
+ANALYSIS_VERSION = "3"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class Code(StrEnum):
     GPU_UNUSED = "GPU_UNUSED"
     IDLE_HEAD = "IDLE_HEAD"
     IDLE_TAIL = "IDLE_TAIL"
+    IDLE_PHASES = "IDLE_PHASES"
+    RAGGED_TAIL = "RAGGED_TAIL"
     TIME_OVERREQUESTED = "TIME_OVERREQUESTED"
     CPU_OVERREQUESTED = "CPU_OVERREQUESTED"
     MEMORY_OVERREQUESTED = "MEMORY_OVERREQUESTED"
@@ -68,6 +70,7 @@ class Code(StrEnum):
     # cause 2: data loading
     DATALOADER_BOUND = "DATALOADER_BOUND"
     TOO_FEW_CPUS_PER_GPU = "TOO_FEW_CPUS_PER_GPU"
+    STEPS_CPU_BOUND = "STEPS_CPU_BOUND"
     # cause 1: not enough parallel work
     LOW_PARALLELISM = "LOW_PARALLELISM"
     # cause 3: architecture and hyper-parameters
@@ -84,6 +87,9 @@ class Code(StrEnum):
     GPU_THROTTLED_POWER = "GPU_THROTTLED_POWER"
     GPU_THROTTLED_THERMAL = "GPU_THROTTLED_THERMAL"
     GPU_HARDWARE_ERRORS = "GPU_HARDWARE_ERRORS"
+    NODE_FAILED = "NODE_FAILED"
+    # the job's own outcome (not a utilization cause)
+    STEPS_FAILED = "STEPS_FAILED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,8 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_UNUSED: CodeInfo(6, Audience.USER, None),
     Code.IDLE_HEAD: CodeInfo(6, Audience.USER, "nsys"),
     Code.IDLE_TAIL: CodeInfo(6, Audience.USER, "nsys"),
+    Code.IDLE_PHASES: CodeInfo(6, Audience.USER, "nsys"),
+    Code.RAGGED_TAIL: CodeInfo(6, Audience.USER, "nsys", also_causes=(5,)),
     Code.TIME_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.CPU_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
     Code.MEMORY_OVERREQUESTED: CodeInfo(6, Audience.USER, None),
@@ -114,6 +122,7 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.RANKS_SHARE_GPU: CodeInfo(6, Audience.USER, "nsys_distributed", also_causes=(5,)),
     Code.DATALOADER_BOUND: CodeInfo(2, Audience.USER, "torch"),
     Code.TOO_FEW_CPUS_PER_GPU: CodeInfo(2, Audience.USER, "torch"),
+    Code.STEPS_CPU_BOUND: CodeInfo(2, Audience.USER, "torch"),
     Code.LOW_PARALLELISM: CodeInfo(1, Audience.USER, "nsys", also_causes=(3,)),
     Code.TENSOR_CORES_IDLE: CodeInfo(3, Audience.USER, "nsys_gpu_metrics"),
     Code.GPU_MEMORY_NEAR_FULL: CodeInfo(4, Audience.USER, "torch_memory"),
@@ -124,6 +133,8 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_THROTTLED_POWER: CodeInfo(None, Audience.SITE, "site_health"),
     Code.GPU_THROTTLED_THERMAL: CodeInfo(None, Audience.SITE, "site_health"),
     Code.GPU_HARDWARE_ERRORS: CodeInfo(None, Audience.SITE, "site_health"),
+    Code.NODE_FAILED: CodeInfo(None, Audience.SITE, "site_health"),
+    Code.STEPS_FAILED: CodeInfo(None, Audience.USER, None),
 }
 
 #: The profiler to run for each suspected cause, as an exact command (cause 7: point people at

@@ -16,7 +16,15 @@ from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
 from slurm_gpu.config import AnalysisSettings
-from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord
+from slurm_gpu.records import (
+    STALL_CPU_BINS,
+    STALL_CPU_STEP_PCT,
+    STALL_DUTY_BINS,
+    STALL_DUTY_STEP_PCT,
+    GpuSummary,
+    JobRecord,
+    NodeRecord,
+)
 
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_KWH = 3.6e6
@@ -78,8 +86,9 @@ class GpuMetrics:
     xid_events: tuple[int, ...]
     process_seen: bool
     processes_known: bool
-    """Whether the process list could be read on this GPU's node. The sampler records only
-    whether a process was ever seen; a GPU that ran kernels with no process seen proves the
+    """Whether the process list could be read on this GPU: at every answered reading, where
+    the sampler counted unreadable lists (``GpuSummary.process_list_unread``). Records sealed
+    before that are judged per node: a GPU that ran kernels with no process seen proves the
     list was unreadable there (a kernel needs a process), so ``process_seen=False`` on any GPU
     of that node means "unknown", not "none"."""
     max_processes: int
@@ -91,6 +100,18 @@ class GpuMetrics:
     does not make a GPU used); without readings, whether a process appeared on it."""
     enough_data: bool
     """At least ``min_samples`` readings were answered."""
+    active_last_s: float | None = None
+    """Epoch seconds of the GPU's last active reading; ``None`` if never active."""
+    idle_phases: int = 0
+    """Mid-job idle phases: runs of timeline buckets at or below ``idle_pct`` at least
+    ``idle_phase_min_s`` long, between the GPU's first and last active bucket."""
+    idle_phases_s: float = 0.0
+    """Their total length, seconds."""
+    idle_phase_cores: float | None = None
+    """Mean cores busy on the node during those phases (what the host did meanwhile)."""
+    busy_cores: float | None = None
+    """Mean cores busy on the node in the GPU's other buckets between its first and last
+    active one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +162,11 @@ class JobMetrics:
     energy_kwh: float | None
     cpus_per_gpu: float | None
     stall_share_pct: float | None
-    """Share of timeline time in which the used GPUs' mean duty cycle was below
-    ``low_duty_pct`` while the job's host cores were busy at ``cpu_saturated_pct`` or more of
-    the node's allocation, percent (input-bound time). Measured on the downsampled timeline,
-    so its resolution is the bucket width."""
+    """Share of time in which the used GPUs' duty cycle was below ``low_duty_pct`` while the
+    job's host cores were busy at ``cpu_saturated_pct`` or more of the node's allocation,
+    percent (input-bound time). Counted per reading where the sampler kept the (duty, cores
+    busy) grid (``stall_from_readings``); else measured on the downsampled timeline, whose
+    resolution is the bucket width."""
     stall_share_strict_pct: float | None
     """The same with the GPUs below ``dataloader_max_duty_pct`` and the cores pinned (at
     ``cpu_saturated_strict_pct`` or more), percent: input-bound time of a job at moderate
@@ -160,6 +182,33 @@ class JobMetrics:
     nodes_expected: int
     nodes_with_record: int
     gpus: tuple[GpuMetrics, ...]
+    stall_from_readings: bool = False
+    """The stall shares were counted at sampling resolution (every used GPU had a grid)."""
+    steps: StepMetrics | None = None
+    """The job's ``srun`` steps as accounting knows them; ``None`` without any."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepMetrics:
+    """The job's task steps (``srun``; not ``batch`` or ``extern``) from accounting."""
+
+    total: int
+    failed: int
+    """Steps that ended FAILED, OUT_OF_MEMORY or TIMEOUT, or with a non-zero exit code or a
+    signal; not those that ended NODE_FAIL (the node's failure, counted in ``node_failed``)."""
+    node_failed: int
+    """Steps that ended NODE_FAIL."""
+    first_failed_exit_code: int | None
+    gpu_hours_failed: float
+    """GPU-hours spent by the failed steps: each step's GPUs (its AllocTRES, else the job's
+    GPUs per node times the step's nodes) times its elapsed time, hours; at most the job's."""
+    gpu_hours_estimated: bool
+    """Some failed step did not report its GPUs: its share was estimated as above."""
+    cpus_max: int | None
+    """Most CPUs any step was bound to."""
+    cpu_efficiency_pct: float | None
+    """Σ TotalCPU / Σ (elapsed × CPUs) over the steps with all three known: how busy the
+    cores each step was bound to were, percent (``None`` without such a step)."""
 
 
 # --------------------------------------------------------------------------- seff
@@ -224,8 +273,9 @@ def _ratio_pct(part: float | None, whole: float | None) -> float | None:
 
 
 def processes_readable(node: NodeRecord, settings: AnalysisSettings) -> bool:
-    """Whether the node's GPU process lists were readable: False when a GPU ran kernels (mean
-    duty above ``unused_max_duty_pct``) and yet no process was ever seen on it."""
+    """For records without ``process_list_unread``: whether the node's GPU process lists were
+    readable, False when a GPU ran kernels (mean duty above ``unused_max_duty_pct``) and yet
+    no process was ever seen on it."""
     for g in node.gpus:
         mean = g.utilization.mean
         if mean is not None and mean > settings.unused_max_duty_pct and not g.process_seen:
@@ -233,14 +283,68 @@ def processes_readable(node: NodeRecord, settings: AnalysisSettings) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class IdlePhases:
+    """Mid-job idle phases of one GPU (see ``GpuMetrics.idle_phases``)."""
+
+    count: int
+    total_s: float
+    phase_cores: float | None
+    other_cores: float | None
+
+
+def idle_phases(node: NodeRecord, index: int, settings: AnalysisSettings) -> IdlePhases:
+    """The idle phases of GPU ``index`` of ``node`` from its timeline: runs of buckets at or
+    below ``idle_pct`` (a bucket without a value ends a run) between the GPU's first and last
+    active bucket, counted when at least ``idle_phase_min_s`` long; with the mean cores busy
+    during them and during the rest of that span (time-weighted)."""
+    points = [p for p in node.timeline if index < len(p.gpu_utilization_pct)]
+    values = [p.gpu_utilization_pct[index] for p in points]
+    active = [k for k, u in enumerate(values) if u is not None and u > settings.idle_pct]
+    if len(active) < 2:
+        return IdlePhases(0, 0.0, None, None)
+    count = 0
+    total = 0.0
+    in_phase: set[int] = set()
+    run: list[int] = []
+    for k in range(active[0], active[-1] + 1):
+        u = values[k]
+        if u is not None and u <= settings.idle_pct:
+            run.append(k)
+            continue
+        length = sum(points[j].width_s for j in run)
+        if run and length >= settings.idle_phase_min_s:
+            count += 1
+            total += length
+            in_phase.update(run)
+        run = []
+
+    def mean_cores(keys: list[int]) -> float | None:
+        known = [(points[k].width_s, points[k].host_cpu_cores) for k in keys]
+        weight = sum(w for w, c in known if c is not None)
+        if weight <= 0:
+            return None
+        return sum(w * c for w, c in known if c is not None) / weight
+
+    span = list(range(active[0], active[-1] + 1))
+    return IdlePhases(
+        count,
+        total,
+        mean_cores(sorted(in_phase)),
+        mean_cores([k for k in span if k not in in_phase]),
+    )
+
+
 def gpu_metrics(
     gpu: GpuSummary,
     node: NodeRecord,
     settings: AnalysisSettings,
     processes_known: bool = True,
+    phases: IdlePhases | None = None,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
-    ``processes_readable(node)``, computed once per node by the caller."""
+    ``processes_readable(node)``, computed once per node by the caller; it is used only for
+    records sealed before the sampler counted unreadable lists."""
     dist = gpu.utilization
     n = dist.n
     span = node.ended_s - node.started_s
@@ -292,11 +396,18 @@ def gpu_metrics(
         ecc_uncorrected=gpu.ecc_uncorrected,
         xid_events=gpu.xid_events,
         process_seen=gpu.process_seen,
-        processes_known=processes_known,
+        processes_known=processes_known
+        if gpu.process_list_unread is None
+        else gpu.process_list_unread == 0,
         max_processes=gpu.max_processes,
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
         used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
         enough_data=gpu.samples_available >= settings.min_samples,
+        active_last_s=gpu.active_last_time_s,
+        idle_phases=phases.count if phases else 0,
+        idle_phases_s=phases.total_s if phases else 0.0,
+        idle_phase_cores=phases.phase_cores if phases else None,
+        busy_cores=phases.other_cores if phases else None,
     )
 
 
@@ -393,14 +504,89 @@ def _stall_and_peak(
     return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
 
 
+def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetrics | None:
+    """The job's task steps summed up; ``None`` when accounting listed none."""
+    tasks = [st for st in job.steps if st.is_task]
+    if not tasks:
+        return None
+    node_failed = [st for st in tasks if st.state == "NODE_FAIL"]
+    failed = [st for st in tasks if st.failed and st.state != "NODE_FAIL"]
+    gpu_hours = 0.0
+    estimated = False
+    for st in failed:
+        gpus: float
+        if st.gpus is not None:
+            gpus = st.gpus
+        else:
+            estimated = True
+            gpus = gpus_allocated / max(nnodes, 1) * (st.nodes or 1)
+        gpu_hours += gpus * max(st.elapsed_s, 0) / SECONDS_PER_HOUR
+    gpu_hours = min(gpu_hours, gpus_allocated * max(job.elapsed_s, 0) / SECONDS_PER_HOUR)
+    used_s = bound_s = 0.0
+    for st in tasks:
+        if st.total_cpu_s is not None and st.cpus and st.elapsed_s > 0:
+            used_s += st.total_cpu_s
+            bound_s += st.elapsed_s * st.cpus
+    cpus = [st.cpus for st in tasks if st.cpus]
+    return StepMetrics(
+        total=len(tasks),
+        failed=len(failed),
+        node_failed=len(node_failed),
+        first_failed_exit_code=failed[0].exit_code if failed else None,
+        gpu_hours_failed=gpu_hours,
+        gpu_hours_estimated=estimated,
+        cpus_max=max(cpus) if cpus else None,
+        cpu_efficiency_pct=100.0 * used_s / bound_s if bound_s > 0 else None,
+    )
+
+
+def _grid_share(grid: Sequence[int], below_duty_pct: float, cpu_min_pct: float) -> int:
+    """Readings of a stall grid with the duty cycle in a bin wholly below ``below_duty_pct``
+    and the cores busy in a bin at or above ``cpu_min_pct`` (thresholds between bin edges
+    count only whole bins: the share errs low)."""
+    duty_bins = [
+        i for i in range(STALL_DUTY_BINS) if (i + 1) * STALL_DUTY_STEP_PCT <= below_duty_pct
+    ]
+    cpu_bins = [j for j in range(STALL_CPU_BINS) if j * STALL_CPU_STEP_PCT >= cpu_min_pct]
+    return sum(grid[i * STALL_CPU_BINS + j] for i in duty_bins for j in cpu_bins)
+
+
+def stall_shares_from_readings(
+    gpus: Sequence[GpuSummary], settings: AnalysisSettings
+) -> tuple[float, float] | None:
+    """(stall share, strict stall share), percent of readings, from the used GPUs' stall
+    grids; ``None`` when any of them has none (an older record) or no reading was counted."""
+    if not gpus or any(not g.stall_grid for g in gpus):
+        return None
+    total = sum(sum(g.stall_grid) for g in gpus)
+    if total <= 0:
+        return None
+    loose = sum(
+        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct) for g in gpus
+    )
+    strict = sum(
+        _grid_share(
+            g.stall_grid, settings.dataloader_max_duty_pct, settings.cpu_saturated_strict_pct
+        )
+        for g in gpus
+    )
+    return 100.0 * loose / total, 100.0 * strict / total
+
+
 def job_metrics(
     job: JobRecord, nodes: Sequence[NodeRecord], settings: AnalysisSettings
 ) -> JobMetrics:
     """All metrics of one job. ``nodes`` may miss some of the job's nodes, or be empty."""
     gpus = tuple(
-        gpu_metrics(g, node, settings, processes_readable(node, settings))
+        gpu_metrics(
+            g,
+            node,
+            settings,
+            processes_readable(node, settings),
+            idle_phases(node, i, settings),
+        )
         for node in nodes
-        for g in node.gpus
+        for i, g in enumerate(node.gpus)
     )
     observed = [g for g in gpus if g.duty_mean_pct is not None]
     used = [g for g in observed if g.used]
@@ -429,9 +615,13 @@ def job_metrics(
     energies = [g.energy_kwh for g in gpus if g.energy_kwh is not None]
     nnodes = seff_nnodes(job)
     ncpus = seff_ncpus(job)
-    stall, stall_strict, peak = _stall_and_peak(
-        job, nodes, {g.uuid for g in used}, nnodes, settings
+    used_uuids = {g.uuid for g in used}
+    stall, stall_strict, peak = _stall_and_peak(job, nodes, used_uuids, nnodes, settings)
+    from_readings = stall_shares_from_readings(
+        [g for n in nodes for g in n.gpus if g.info.uuid in used_uuids], settings
     )
+    if from_readings is not None:
+        stall, stall_strict = from_readings
     rss = [n.host.rss_max_bytes for n in nodes if n.host and n.host.rss_max_bytes is not None]
     gpu_count = gpus_allocated or len(gpus)
     cput = seff_cpu_used_s(job)
@@ -463,6 +653,7 @@ def job_metrics(
         cpus_per_gpu=(job.alloc_cpus / gpu_count) if job.alloc_cpus and gpu_count else None,
         stall_share_pct=stall,
         stall_share_strict_pct=stall_strict,
+        stall_from_readings=from_readings is not None,
         host_cores_peak=peak,
         host_cores_allocated_per_node=(job.alloc_cpus / nnodes) if job.alloc_cpus else None,
         host_rss_peak_bytes=max(rss) if rss else None,
@@ -470,4 +661,5 @@ def job_metrics(
         nodes_expected=max(len(job.nodelist), 1),
         nodes_with_record=len(nodes),
         gpus=gpus,
+        steps=step_metrics(job, gpus_allocated, nnodes),
     )

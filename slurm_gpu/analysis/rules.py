@@ -206,6 +206,69 @@ def idle_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
     return [Finding(Code.IDLE_TAIL, Severity.WARNING, ev)]
 
 
+def idle_phases(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The GPUs went idle again and again in mid-job (a step post-processing on CPU, writing
+    results, waiting for I/O): ``idle_phases_min_count`` or more phases of at least
+    ``idle_phase_min_s`` on one GPU, adding up to ``idle_phases_min_pct`` of the used GPUs'
+    time. Reported with what the host did meanwhile."""
+    used = _used(m, s)
+    if not _diagnosable(m) or not used or m.elapsed_s <= 0:
+        return []
+    if communication_wait(m, job, s):
+        return []  # idle while NVLink traffic flows: waiting on communication (cause 5)
+    most = max(g.idle_phases for g in used)
+    idle_s = sum(g.idle_phases_s for g in used)
+    share = 100.0 * idle_s / (m.elapsed_s * len(used))
+    if most < s.idle_phases_min_count or share < s.idle_phases_min_pct:
+        return []
+    with_phases = [g for g in used if g.idle_phases]
+    phases = sum(g.idle_phases for g in with_phases)
+    cores_in = [g.idle_phase_cores for g in with_phases if g.idle_phase_cores is not None]
+    cores_out = [g.busy_cores for g in with_phases if g.busy_cores is not None]
+    ev = {
+        "idle_phases_max_per_gpu": most,
+        "idle_phases": phases,
+        "gpus_with_phases": len(with_phases),
+        "gpus_used": len(used),
+        "idle_phase_mean_s": round(idle_s / phases) if phases else None,
+        "gpu_hours_idle_phases": _r(idle_s / 3600.0, 3),
+        "idle_phases_pct": _r(share),
+        "cores_busy_in_phases": _r(sum(cores_in) / len(cores_in), 2) if cores_in else None,
+        "cores_busy_otherwise": _r(sum(cores_out) / len(cores_out), 2) if cores_out else None,
+        "idle_phase_min_s": s.idle_phase_min_s,
+        "idle_phases_min_count": s.idle_phases_min_count,
+    }
+    return [Finding(Code.IDLE_PHASES, Severity.WARNING, ev)]
+
+
+def ragged_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Some GPUs finished long before the job's last one: for a while only k of n GPUs still
+    worked (uneven shares of work, a straggler, a task farm's last tasks)."""
+    used = [g for g in _used(m, s) if g.active_last_s is not None]
+    if not _diagnosable(m) or len(used) < 2 or m.gpu_hours_allocated <= 0:
+        return []
+    last = max(g.active_last_s or 0.0 for g in used)
+    early = [g for g in used if last - (g.active_last_s or 0.0) >= s.idle_phase_min_s]
+    if not early:
+        return []
+    idle_s = sum(last - (g.active_last_s or 0.0) for g in early)
+    share = 100.0 * idle_s / 3600.0 / m.gpu_hours_allocated
+    if share < s.ragged_tail_min_pct:
+        return []
+    # The last stretch: from the latest time an early GPU stopped, only the rest worked.
+    stretch = last - max(g.active_last_s or 0.0 for g in early)
+    ev = {
+        "gpus_used": len(used),
+        "gpus_still_working": len(used) - len(early),
+        "ragged_span_s": round(last - min(g.active_last_s or 0.0 for g in early)),
+        "last_stretch_s": round(stretch),
+        "gpu_hours_ragged": _r(idle_s / 3600.0, 3),
+        "ragged_pct": _r(share),
+        "ragged_tail_min_pct": s.ragged_tail_min_pct,
+    }
+    return [Finding(Code.RAGGED_TAIL, Severity.WARNING, ev)]
+
+
 def time_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """The job finished far inside its time limit (hurts backfill and the user's wait)."""
     if m.status is DataStatus.TOO_SHORT or job.state not in FINISHED_NORMALLY:
@@ -232,6 +295,8 @@ def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> lis
         return []
     if m.whole_node:
         return []  # the site gives whole nodes: asking for fewer cores changes nothing
+    if m.steps is not None and _steps_cpu_bound(m, s):
+        return []  # the steps were bound to too few cores, not given too many
     idle_cores = m.ncpus - m.cpu_used_s / m.elapsed_s
     severity = grade_below(eff, s.cpu_efficiency_max_pct, s)
     if severity is None or idle_cores < s.cpu_idle_min_cores:
@@ -341,8 +406,62 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
         "duty_mean_pct": _r(_used_duty(m, s)),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "cpus_per_gpu": _r(m.cpus_per_gpu),
+        "stall_from_readings": int(m.stall_from_readings),
     }
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
+
+
+def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    """The job's steps kept the cores they were bound to pinned while the GPUs were below full
+    use, and were bound to fewer cores than the node gave the job (otherwise the job-wide
+    rules already see it): a task farm of one-core steps is CPU-bound per step although most
+    of the node's cores sat idle."""
+    st = m.steps
+    duty = _used_duty(m, s)
+    if st is None or st.cpu_efficiency_pct is None or duty is None:
+        return False
+    if duty >= s.dataloader_max_duty_pct or st.cpu_efficiency_pct < s.cpu_saturated_strict_pct:
+        return False
+    per_node = m.host_cores_allocated_per_node
+    return per_node is None or st.cpus_max is None or st.cpus_max < per_node
+
+
+def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Each step's cores were saturated while its GPU waited: judged against what the steps
+    were bound to, not against the job's whole allocation."""
+    if not _diagnosable(m) or _input_bound(m, s) or not _steps_cpu_bound(m, s):
+        return []
+    st = m.steps
+    assert st is not None
+    ev = {
+        "step_cpu_efficiency_pct": _r(st.cpu_efficiency_pct),
+        "cpu_saturated_strict_pct": s.cpu_saturated_strict_pct,
+        "step_cpus_max": st.cpus_max,
+        "steps": st.total,
+        "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node, 2),
+        "duty_mean_pct": _r(_used_duty(m, s)),
+        "whole_node": int(m.whole_node),
+    }
+    return [Finding(Code.STEPS_CPU_BOUND, Severity.WARNING, ev)]
+
+
+def steps_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Steps that failed, with the GPU-hours they spent; also inside a job that says
+    COMPLETED (its batch script exited 0 after its ``srun`` steps failed)."""
+    st = m.steps
+    if st is None or st.failed == 0:
+        return []
+    ev = {
+        "steps": st.total,
+        "steps_failed": st.failed,
+        "first_failed_exit_code": st.first_failed_exit_code,
+        "gpu_hours_failed": _r(st.gpu_hours_failed, 3),
+        "gpu_hours_estimated": int(st.gpu_hours_estimated),
+        "job_completed": int(job.state == "COMPLETED"),
+        "derived_exit_code": job.derived_exit_code,
+    }
+    severity = Severity.CRITICAL if st.failed == st.total else Severity.WARNING
+    return [Finding(Code.STEPS_FAILED, severity, ev)]
 
 
 def too_few_cpus_per_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -362,7 +481,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
     """Steadily low duty cycle with little GPU memory and idle CPUs: too little work per
     kernel launch (small batches); or busy duty cycle with low SM activity (tiny kernels)."""
     used = _used(m, s)
-    if not _diagnosable(m) or not used or _input_bound(m, s):
+    if not _diagnosable(m) or not used or _input_bound(m, s) or _steps_cpu_bound(m, s):
         return []
     duty = sum(g.duty_mean_pct or 0.0 for g in used) / len(used)
     peaks = [g.memory_peak_pct for g in used if g.memory_peak_pct is not None]
@@ -550,6 +669,24 @@ def hardware_errors(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
     return out
 
 
+def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """A node of the job failed (the job or one of its steps ended NODE_FAIL): the site's
+    problem, not the user's; the GPU-hours the job had spent are reported as lost (work since
+    its last checkpoint is gone)."""
+    steps_down = m.steps.node_failed if m.steps is not None else 0
+    if job.state != "NODE_FAIL" and steps_down == 0:
+        return []
+    ev = {
+        "gpu_hours_lost": _r(m.gpu_hours_allocated, 3),
+        "gpus_allocated": m.gpus_allocated,
+        "nodes": m.nnodes,
+        "elapsed_s": m.elapsed_s,
+        "steps_node_failed": steps_down,
+        "job_node_failed": int(job.state == "NODE_FAIL"),
+    }
+    return [Finding(Code.NODE_FAILED, Severity.CRITICAL, ev)]
+
+
 #: Every rule, in evaluation order. ``unexplained`` runs after them (it needs their results).
 RULES: Sequence[Rule] = (
     too_short,
@@ -560,8 +697,11 @@ RULES: Sequence[Rule] = (
     ranks_share_gpu,
     idle_head,
     idle_tail,
+    idle_phases,
+    ragged_tail,
     dataloader_bound,
     too_few_cpus_per_gpu,
+    steps_cpu_bound,
     low_parallelism,
     tensor_cores_idle,
     gpu_memory_near_full,
@@ -574,10 +714,14 @@ RULES: Sequence[Rule] = (
     memory_overrequested,
     throttled,
     hardware_errors,
+    node_failed,
+    steps_failed,
 )
 
 #: Causes a specific rule can explain low utilization with; without one, say so (cause 7).
 _EXPLAINING = frozenset({1, 2, 3, 4, 5})
+#: Cause-6 findings that explain low utilization too (the GPUs sat idle for a stated time).
+_EXPLAINING_CODES = frozenset({Code.IDLE_HEAD, Code.IDLE_TAIL, Code.IDLE_PHASES, Code.RAGGED_TAIL})
 
 
 def unexplained(
@@ -587,10 +731,7 @@ def unexplained(
     duty = _used_duty(m, s)
     if not _diagnosable(m) or duty is None or duty >= s.low_duty_pct:
         return []
-    if any(
-        f.cause in _EXPLAINING or f.code is Code.IDLE_TAIL or f.code is Code.IDLE_HEAD
-        for f in found
-    ):
+    if any(f.cause in _EXPLAINING or f.code in _EXPLAINING_CODES for f in found):
         return []
     ev = {"duty_mean_pct": _r(duty), "gpus_used": m.gpus_used}
     return [Finding(Code.LOW_UTILIZATION_UNEXPLAINED, Severity.WARNING, ev)]

@@ -15,6 +15,8 @@ from typing import Any
 
 from slurm_gpu.capture.recordcodec import from_jsonable, to_jsonable
 from slurm_gpu.records import (
+    STALL_CPU_BINS,
+    STALL_DUTY_BINS,
     Distribution,
     GpuInfo,
     GpuSample,
@@ -23,6 +25,7 @@ from slurm_gpu.records import (
     HostSummary,
     NodeRecord,
     TimelinePoint,
+    stall_bin,
 )
 from slurm_gpu.telemetry.base import THROTTLE_POWER_MASK, THROTTLE_THERMAL_MASK
 
@@ -169,6 +172,8 @@ class GpuAccumulator:
         self.ecc_u_last: int | None = None
         self.process_seen = False
         self.max_processes = 0
+        self.process_list_unread = 0
+        self.stall_grid: list[int] | None = None
         self.xids: list[int] = []
         self.pids: list[int] = []
         self.mem = _Mean()
@@ -240,7 +245,9 @@ class GpuAccumulator:
         for xid in s.xid_events:
             if xid not in self.xids and len(self.xids) < MAX_XIDS:
                 self.xids.append(xid)
-        if s.processes:
+        if s.processes is None:
+            self.process_list_unread += 1
+        elif s.processes:
             self.process_seen = True
             self.max_processes = max(self.max_processes, len(s.processes))
             for p in s.processes:
@@ -249,6 +256,12 @@ class GpuAccumulator:
         self.sm.add(s.sm_active_pct)
         self.tensor.add(s.tensor_active_pct)
         return idle
+
+    def add_stall(self, duty_pct: float, cpu_busy_pct: float) -> None:
+        """Count one reading in the (duty, cores busy) grid (``GpuSummary.stall_grid``)."""
+        if self.stall_grid is None:
+            self.stall_grid = [0] * (STALL_DUTY_BINS * STALL_CPU_BINS)
+        self.stall_grid[stall_bin(duty_pct, cpu_busy_pct)] += 1
 
     def summary(self) -> GpuSummary:
         energy: float | None = None
@@ -300,6 +313,8 @@ class GpuAccumulator:
             pids=tuple(self.pids),
             sm_active_mean_pct=self.sm.mean,
             tensor_active_mean_pct=self.tensor.mean,
+            process_list_unread=self.process_list_unread,
+            stall_grid=tuple(self.stall_grid) if self.stall_grid is not None else (),
         )
 
     def state(self) -> dict[str, Any]:
@@ -309,6 +324,8 @@ class GpuAccumulator:
         out["info"] = to_jsonable(self.info)
         out["utilization"] = self.utilization.state()
         out["sub_samples"] = self.sub_samples.state()
+        out["process_list_unread"] = self.process_list_unread
+        out["stall_grid"] = self.stall_grid
         return out
 
     @classmethod
@@ -324,6 +341,15 @@ class GpuAccumulator:
             setattr(out, name, mean)
         out.utilization = DistAccumulator.from_state(data["utilization"])
         out.sub_samples = DistAccumulator.from_state(data["sub_samples"])
+        # Checkpoints written before these were counted: the list's readings before the
+        # upgrade are unknown, and the grid starts empty.
+        unread = data.get("process_list_unread")
+        out.process_list_unread = int(unread) if unread is not None else out.samples_available
+        grid = data.get("stall_grid")
+        if grid is not None:
+            if len(grid) != STALL_DUTY_BINS * STALL_CPU_BINS:
+                raise ValueError("stall grid has the wrong size")
+            out.stall_grid = [int(v) for v in grid]
         return out
 
 
@@ -646,6 +672,14 @@ class NodeAggregator:
         if host is not None:
             cores = self.host.add(host)
             rss = host.rss_bytes
+        allocated = self.host.allocated_cores
+        if cores is not None and allocated:
+            # GPU stalls against saturated cores at sampling resolution (the timeline's
+            # buckets grow minutes wide on long jobs and cannot show the coincidence).
+            busy_pct = 100.0 * cores / allocated
+            for i, u in enumerate(util):
+                if u is not None:
+                    self.gpus[i].add_stall(u, busy_pct)
         self.timeline.add(time_s, util, mem, power, cores, rss)
 
     def record(self, *, ended_s: float, complete: bool, notes: Sequence[str] = ()) -> NodeRecord:

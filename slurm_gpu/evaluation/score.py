@@ -2,7 +2,8 @@
 alarms on healthy jobs, and the table written to ``docs/diagnosis.md``.
 
 A trace's *predicted* causes are the causes of its user findings of severity warning or
-critical, plus ``site`` when a site finding (throttling, hardware errors) was raised. A
+critical, plus ``site`` when a site finding (throttling, hardware errors, a node failure) was
+raised and ``outcome`` for a user finding about the job's own outcome (failed steps). A
 predicted cause is a true positive when the trace is labelled with it or when the generator's
 pattern makes it true as well (``TOLERATED``), otherwise a false positive. A healthy trace with
 any warning or critical finding is a false alarm.
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 
 from slurm_gpu.analysis import Analysis, Audience, Severity, analyze
 from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.evaluation.recs import RecCheck, check
 from slurm_gpu.evaluation.traces import EXPECTED_CODE, PATTERNS, Trace
 
-CAUSES: tuple[int | str, ...] = (1, 2, 3, 4, 5, 6, 7, "site")
+CAUSES: tuple[int | str, ...] = (1, 2, 3, 4, 5, 6, 7, "site", "outcome")
 
 
 def predicted(analysis: Analysis) -> frozenset[int | str]:
@@ -30,6 +32,8 @@ def predicted(analysis: Analysis) -> frozenset[int | str]:
             out.add("site")
         elif f.cause is not None:
             out.add(f.cause)
+        else:
+            out.add("outcome")
     return frozenset(out)
 
 
@@ -45,6 +49,9 @@ class TraceResult:
     expected_code_found: bool
     profiler_named: bool
     false_positives: frozenset[int | str]
+    recommendations: int = 0
+    rec_check: RecCheck | None = None
+    """What is wrong with the trace's recommendation set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,16 @@ class Evaluation:
     healthy_false_alarms: int
     profiler_coverage: float | None
     """Share of unhealthy, user-cause traces whose report names a profiler command."""
+    recommendations: int = 0
+    """Recommendations made over the corpus."""
+    recs_invalid: int = 0
+    """Traces with a line that is not a real sbatch option of its form."""
+    recs_below_use: int = 0
+    """Traces with a proposal below the observed use."""
+    recs_incoherent: int = 0
+    """Traces with two proposals for the same option."""
+    recs_not_actionable: int = 0
+    """Traces with a reduction on a whole-node allocation."""
 
     @property
     def false_alarm_rate(self) -> float | None:
@@ -108,6 +125,8 @@ def evaluate_trace(trace: Trace, settings: AnalysisSettings) -> TraceResult:
         expected_code_found=not expected or any(c in codes for c in expected),
         profiler_named=analysis.profiler_command is not None,
         false_positives=pred - trace.labels - trace.tolerated,
+        recommendations=len(analysis.recommendations),
+        rec_check=check(analysis),
     )
 
 
@@ -153,6 +172,11 @@ def score(results: Sequence[TraceResult], *, seed: int, n_per_pattern: int) -> E
         healthy_traces=len(healthy),
         healthy_false_alarms=sum(1 for r in healthy if r.predicted),
         profiler_coverage=(sum(1 for r in user if r.profiler_named) / len(user)) if user else None,
+        recommendations=sum(r.recommendations for r in results),
+        recs_invalid=sum(1 for r in results if r.rec_check and r.rec_check.invalid),
+        recs_below_use=sum(1 for r in results if r.rec_check and r.rec_check.below_use),
+        recs_incoherent=sum(1 for r in results if r.rec_check and r.rec_check.incoherent),
+        recs_not_actionable=sum(1 for r in results if r.rec_check and r.rec_check.not_actionable),
     )
 
 
@@ -205,6 +229,10 @@ def summary_lines(ev: Evaluation) -> list[str]:
         f"({_fmt(ev.false_alarm_rate)})",
         f"- reports naming a profiler command (unhealthy, user causes): "
         f"{_fmt(ev.profiler_coverage)}",
+        f"- recommendations: {ev.recommendations}; traces with an invalid sbatch line: "
+        f"{ev.recs_invalid}, with a proposal below the observed use: {ev.recs_below_use}, "
+        f"with two proposals for one option: {ev.recs_incoherent}, with a reduction on a "
+        f"whole-node allocation: {ev.recs_not_actionable}",
     ]
 
 
@@ -217,27 +245,43 @@ def markdown(held_out: Evaluation, tuning: Evaluation, settings_note: str = "") 
         "",
         "Each synthetic trace is a Slurm accounting record plus per-node records built by the",
         "sampler's own streaming aggregates from generated readings, with varied job length,",
-        "reading interval, GPU and node count, GPU model and noise (`slurm_gpu/evaluation`).",
+        "reading interval (1 s to 60 s, the sampling of other sites' monitoring systems), GPU",
+        "and node count, GPU model and noise (`slurm_gpu/evaluation`). Besides one pattern per",
+        "cause, the corpus has the shapes real production jobs showed: task farms of one-core",
+        "`srun` steps on a whole-node site with recurring idle phases (`task-farm`), the same",
+        "with every step failed inside a COMPLETED job (`task-farm-failed`), MPI ranks all on",
+        "one GPU while the others hold a context (`ranks-one-gpu`), busy but nearly empty GPUs",
+        "without SM activity (`busy-empty`), healthy jobs given whole nodes (`whole-node`, no",
+        "finding expected) and multi-node jobs ended by a node failure (`node-fail`).",
         "The rules' thresholds were tuned on the *tuning* seed only; the *held-out* seed is a",
-        "corpus the thresholds never saw. Targets: recall ≥ 0.90 for every cause, ≤ 5 % false",
-        "alarms on healthy jobs. A predicted cause counts as correct when the trace is labelled",
-        "with it or the generator makes it true too (a small-batch job also fits a smaller",
-        "GPU); `site` is throttling and hardware errors, reported to the site, not the user.",
-        "Cause 7 (lack of monitoring) is the product itself: it is scored as the share of",
-        "reports that name a profiler command, and `LOW_UTILIZATION_UNEXPLAINED` findings",
-        "count against precision. Findings of severity info (a value within",
-        "`near_threshold_band_pct` of its threshold) are notes, not predictions.",
+        "corpus the thresholds never saw. Targets: recall and precision ≥ 0.90 for every cause,",
+        "≤ 5 % false alarms on healthy jobs, no invalid or below-usage recommendation. A",
+        "predicted cause counts as correct when the trace is labelled with it or the generator",
+        "makes it true too (a small-batch job also fits a smaller GPU); `site` is throttling,",
+        "hardware errors and node failures, reported to the site, not the user; `outcome` is",
+        "the job's own outcome (failed steps). Cause 7 (lack of monitoring) is the product",
+        "itself: it is scored as the share of reports that name a profiler command, and",
+        "`LOW_UTILIZATION_UNEXPLAINED` findings count against precision. Findings of severity",
+        "info (a value within `near_threshold_band_pct` of its threshold) are notes, not",
+        "predictions.",
         "",
-        "What the engine cannot tell from the signals it has (`docs/analysis.md`): GPU stalls",
-        "and busy cores are correlated on the downsampled timeline, not at the sampling",
-        "resolution; without SM activity, a busy-but-nearly-empty GPU is judged by power",
-        "alone (memory bandwidth is not in the record); an unreadable process list is told",
-        'from "no process" only on a node where some GPU ran kernels; a whole-node',
-        "allocation is seen from `exclusive_partitions` or from more allocated than requested",
-        "CPUs or memory, not when the request was a whole node; steps, their exit codes and",
-        "node failures are not used yet; recurring mid-job idle phases and ragged tails are",
-        "not detected. The corpus has no task-farm, MPI-rank-binding or whole-node patterns",
-        "yet: the unit tests `tests/unit/test_diagnosis_real_cases.py` cover those shapes.",
+        "Recommendations are scored as a set per job (`slurm_gpu/evaluation/recs.py`): every",
+        "line must be `#SBATCH` with a real sbatch option and a value of its form; no proposal",
+        "may fall below the observed use (GPUs used, the busiest cores on one node for the",
+        "proposed GPU count, the memory peak, the elapsed time); no option may be proposed",
+        "twice; and no CPU, memory or GPU-count reduction may be made on a whole-node",
+        "allocation.",
+        "",
+        "What the engine cannot tell from the signals it has (`docs/analysis.md`): without SM",
+        "activity, a busy-but-nearly-empty GPU is judged by power alone (memory bandwidth is",
+        "not in the record); records sealed before the sampler counted them have no per-reading",
+        "stall grid (stalls are then correlated on the downsampled timeline) and no count of",
+        "unreadable process lists (unknown is then told from none only on a node where some",
+        "GPU ran kernels); a whole-node allocation is seen from `exclusive_partitions` or from",
+        "more allocated than requested CPUs or memory, not when the request was a whole node;",
+        "idle phases are found at the timeline's resolution (buckets grow with the job); the",
+        "GPU-hours a node failure cost are the job's whole allocation, as the records cannot",
+        "tell when it last checkpointed; steps come from `sacct` only (not from pyslurm).",
     ]
     if settings_note:
         out += ["", settings_note]

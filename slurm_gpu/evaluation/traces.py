@@ -21,6 +21,7 @@ from slurm_gpu.records import (
     GpuSample,
     HostSample,
     JobRecord,
+    JobStep,
     NodeRecord,
     Tres,
 )
@@ -50,12 +51,23 @@ LABELS: dict[str, frozenset[int | str]] = {
     "overtime": frozenset({6}),
     "idle-tail": frozenset({6}),
     "throttle": frozenset({"site"}),
+    # Real-world shapes (issue: a diagnosis that holds on real jobs).
+    "task-farm": frozenset({2, 6}),
+    "task-farm-failed": frozenset({2, 6, "outcome"}),
+    "ranks-one-gpu": frozenset({6}),
+    "busy-empty": frozenset({1}),
+    "whole-node": frozenset(),
+    "node-fail": frozenset({"site"}),
 }
 
 #: ... and the causes that are also true of how the pattern is generated, so reporting them is
 #: not a false alarm: a small-batch job also fits a smaller GPU (cause 6, ``GPU_OVERSIZED``).
 TOLERATED: dict[str, frozenset[int | str]] = {
     "small-batch": frozenset({6}),
+    # Ranks on one GPU make the others wait: imbalance (cause 5) is true too.
+    "ranks-one-gpu": frozenset({5}),
+    # A node that failed mid-job leaves its GPUs idle to the end and its job over time.
+    "node-fail": frozenset({6}),
 }
 
 #: Pattern -> the finding codes of which one must appear (a stricter check than the cause).
@@ -71,6 +83,12 @@ EXPECTED_CODE: dict[str, tuple[str, ...]] = {
     "overtime": ("TIME_OVERREQUESTED",),
     "idle-tail": ("IDLE_TAIL",),
     "throttle": ("GPU_THROTTLED_POWER", "GPU_THROTTLED_THERMAL"),
+    "task-farm": ("STEPS_CPU_BOUND",),
+    "task-farm-failed": ("STEPS_FAILED",),
+    "ranks-one-gpu": ("RANKS_SHARE_GPU",),
+    "busy-empty": ("LOW_PARALLELISM",),
+    "whole-node": (),
+    "node-fail": ("NODE_FAILED",),
 }
 
 PATTERNS: tuple[str, ...] = tuple(LABELS)
@@ -98,6 +116,11 @@ class _Gpu:
     duty: Callable[[float], float]
     memory_frac: float
     process: Callable[[float], bool] = lambda t: True
+    processes: int = 1
+    """Compute processes on the GPU while ``process`` is true (ranks sharing it)."""
+    power_frac: float | None = None
+    """Power drawn as a share of the limit whatever the duty cycle (a busy GPU running tiny
+    kernels); ``None``: it follows the duty cycle."""
     sm_frac: float = 0.8
     tensor_pct: float = 40.0
     throttle_share: float = 0.0
@@ -128,6 +151,10 @@ class _Plan:
     time_limit_factor: float = 1.5
     state: str = "COMPLETED"
     gpus: list[list[_Gpu]] = field(default_factory=list)
+    whole_node_cpus: int | None = None
+    """Cores the site allocates per node whatever the request (a whole-node site); the job
+    requested ``cpus_per_gpu`` per GPU."""
+    steps: list[JobStep] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -153,7 +180,8 @@ def _window(inner: Callable[[float], float], start: float, end: float) -> Callab
 
 
 def _base(rng: random.Random, pattern: str) -> _Plan:
-    interval = rng.choice((1.0, 2.0, 5.0, 10.0, 30.0))
+    # 60 s: the sampling of other sites' monitoring systems (the real traces of the issue).
+    interval = rng.choice((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
     lo = max(900.0, 40 * interval)
     hi = min(43200.0, 500 * interval)
     if hi < lo:
@@ -366,6 +394,126 @@ def _throttle(p: _Plan) -> None:
     _fill(p, make)
 
 
+def _farm(p: _Plan, *, failing: bool) -> None:
+    """A task farm on a whole-node site: 96 cores and 4 GPUs per node whatever the request;
+    one ``srun`` step per task, bound to one core and one GPU, four at a time per node. Each
+    step runs its GPU at a moderate duty cycle while its one core is pinned, then holds the GPU
+    idle while that core post-processes and writes results."""
+    rng = p.rng
+    p.interval_s = rng.choice((10.0, 30.0, 60.0))
+    p.nodes = rng.choice((1, 1, 2, 3))
+    p.gpus_per_node = 4
+    p.cpus_per_gpu = 1
+    p.whole_node_cpus = 96
+    p.gpm = False
+    work_s = rng.uniform(15, 30) * 60
+    idle_s = rng.uniform(8, 14) * 60
+    period = work_s + idle_s
+    cycles = rng.randint(4, 8)
+    p.elapsed_s = int(cycles * period + rng.uniform(60, 300))
+    level = rng.uniform(55, 75)
+    # The cores of the node: one per running step, each pinned.
+    p.cpu_frac = _const(4 / 96)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        offset = rng.uniform(0, 60)
+
+        def duty(t: float) -> float:
+            k, phase = divmod(t - offset, period)
+            if t < offset or k >= cycles:
+                return 0.0
+            return level if phase < work_s else 0.0
+
+        return _Gpu(duty=duty, memory_frac=rng.uniform(0.3, 0.6))
+
+    _fill(p, make)
+    step = 0
+    for _n in range(p.nodes):
+        for _g in range(p.gpus_per_node):
+            for _k in range(cycles):
+                elapsed = int(period)
+                p.steps.append(
+                    JobStep(
+                        step_id=str(step),
+                        cpus=1,
+                        gpus=1,
+                        nodes=1,
+                        state="FAILED" if failing else "COMPLETED",
+                        exit_code=1 if failing else 0,
+                        exit_signal=0,
+                        elapsed_s=elapsed,
+                        total_cpu_s=round(elapsed * rng.uniform(0.95, 0.995), 3),
+                    )
+                )
+                step += 1
+
+
+def _task_farm(p: _Plan) -> None:
+    _farm(p, failing=False)
+
+
+def _task_farm_failed(p: _Plan) -> None:
+    _farm(p, failing=True)
+
+
+def _ranks_one_gpu(p: _Plan) -> None:
+    """An MPI job whose ranks all selected device 0: it runs every rank's kernels, the other
+    allocated GPUs hold a small context each and never run a kernel."""
+    rng = p.rng
+    p.gpus_per_node = rng.choice((2, 4, 4, 8))
+    p.cpu_frac = _const(rng.uniform(0.2, 0.6))
+    ranks = p.gpus_per_node
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        if g == 0:
+            gpu = _healthy_gpu(p)
+            gpu.duty = _steady(rng, 92, 99)
+            gpu.processes = ranks
+            return gpu
+        return _Gpu(duty=_const(0.0), memory_frac=rng.uniform(0.004, 0.008))
+
+    _fill(p, make)
+
+
+def _busy_empty(p: _Plan) -> None:
+    """Busy, but nearly empty: the GPU always has a kernel running (99 % duty) yet draws a
+    quarter of its power limit; no SM-activity metric (no DCGM profiling)."""
+    rng = p.rng
+    p.gpm = False
+    p.cpu_frac = _const(rng.uniform(0.3, 0.6))
+    frac = rng.uniform(0.2, 0.32)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.duty = _steady(rng, 93, 99)
+        gpu.power_frac = frac
+        gpu.memory_frac = rng.uniform(0.3, 0.7)
+        return gpu
+
+    _fill(p, make)
+
+
+def _whole_node(p: _Plan) -> None:
+    """A healthy job on a whole-node site: it asked for a few cores and a little memory per
+    GPU and got the whole node (no over-request can be acted on)."""
+    p.whole_node_cpus = p.rng.choice((64, 96, 128))
+    p.cpus_per_gpu = p.rng.choice((1, 2, 4))
+    p.gpus_per_node = p.rng.choice((4, 4, 8))
+    if p.rng.random() < 0.3:
+        p.nodes = 2
+    _fill(p, lambda p, n, g: _healthy_gpu(p))
+
+
+def _node_fail(p: _Plan) -> None:
+    """A multi-node job ended by a node failure: healthy until then."""
+    rng = p.rng
+    p.nodes = rng.choice((2, 4, 8))
+    p.gpus_per_node = rng.choice((2, 4))
+    p.state = "NODE_FAIL"
+    p.time_limit_factor = rng.uniform(1.5, 3.0)
+    _fill(p, lambda p, n, g: _healthy_gpu(p))
+
+
 _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "healthy": _healthy,
     "idle-gpu": _idle_gpu,
@@ -378,6 +526,12 @@ _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "overtime": _overtime,
     "idle-tail": _idle_tail,
     "throttle": _throttle,
+    "task-farm": _task_farm,
+    "task-farm-failed": _task_farm_failed,
+    "ranks-one-gpu": _ranks_one_gpu,
+    "busy-empty": _busy_empty,
+    "whole-node": _whole_node,
+    "node-fail": _node_fail,
 }
 
 
@@ -407,7 +561,7 @@ def _node_record(
         )
         for i in range(len(gpus))
     ]
-    cores = p.cpus_per_gpu * len(gpus)
+    cores = p.whole_node_cpus or p.cpus_per_gpu * len(gpus)
     agg = NodeAggregator(
         job_id=job_id,
         hostname=host,
@@ -434,6 +588,8 @@ def _node_record(
                 duty = 1.5  # a kernel ran, however little: not idle
             busy = duty / 100.0
             power = 0.15 * power_limit + 0.8 * power_limit * busy
+            if gpu.power_frac is not None and base > 0:
+                power = gpu.power_frac * power_limit
             energy[i] += int(power * p.interval_s * 1000)
             idle = duty <= 1.0
             nvl[i] += int((gpu.nvlink_idle_bps if idle else gpu.nvlink_busy_bps) * p.interval_s)
@@ -454,12 +610,18 @@ def _node_record(
                     nvlink_rx_bytes=nvl[i] - nvl[i] // 2 if nvlink else None,
                     ecc_corrected_total=0,
                     ecc_uncorrected_total=0,
-                    processes=(GpuProcess(4242 + i, mem),) if proc else (),
+                    processes=tuple(
+                        GpuProcess(4242 + 100 * i + k, mem // gpu.processes)
+                        for k in range(gpu.processes)
+                    )
+                    if proc
+                    else (),
                     sm_active_pct=round(busy * gpu.sm_frac * 100, 1) if p.gpm else None,
                     tensor_active_pct=round(busy * gpu.tensor_pct, 1) if p.gpm else None,
                 )
             )
-        cores_busy = max(0.0, min(1.0, rng.gauss(p.cpu_frac(t), 0.03))) * cores
+        noise = 0.03 if p.whole_node_cpus is None else 0.003
+        cores_busy = max(0.0, min(1.0, rng.gauss(p.cpu_frac(t), noise))) * cores
         cpu_time += cores_busy * p.interval_s
         rss = int(rss_peak * min(1.0, 0.6 + 0.4 * t / p.elapsed_s))
         host_sample = HostSample(
@@ -484,6 +646,17 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
     mem_per_node = math.ceil(rss / p.rss_frac / GIB) * GIB
     limit = math.ceil(p.elapsed_s * p.time_limit_factor / 60.0) * 60
     tres = Tres(cpus=cpus, mem_bytes=mem_per_node * p.nodes, nodes=p.nodes, gpus=gpus)
+    alloc = tres
+    if p.whole_node_cpus is not None:
+        # The site gave whole nodes: every core and 512 GiB per node, whatever was asked.
+        alloc = Tres(
+            cpus=p.whole_node_cpus * p.nodes,
+            mem_bytes=512 * GIB * p.nodes,
+            nodes=p.nodes,
+            gpus=gpus,
+        )
+    if p.steps:
+        cpu_s = sum(st.total_cpu_s or 0.0 for st in p.steps)
     start = 1.7e9
     return JobRecord(
         job_id=job_id,
@@ -504,10 +677,10 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         cancelled_by_uid=None,
         exit_code=0 if p.state == "COMPLETED" else 1,
         exit_signal=0,
-        derived_exit_code=0,
-        alloc_tres=tres,
+        derived_exit_code=1 if any(st.failed for st in p.steps) else 0,
+        alloc_tres=alloc,
         req_tres=tres,
-        alloc_cpus=cpus,
+        alloc_cpus=alloc.cpus,
         req_mem_bytes=mem_per_node * p.nodes,
         max_rss_bytes=rss,
         total_cpu_s=cpu_s,
@@ -521,6 +694,7 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         admin_comment=None,
         mail_user=None,
         mail_type=None,
+        steps=tuple(p.steps),
     )
 
 

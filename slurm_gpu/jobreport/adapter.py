@@ -119,7 +119,7 @@ def gpu_line(node: str, summary: GpuSummary, spark: tuple[float | None, ...] = (
         power_mean_w=summary.power_mean_w,
         power_limit_w=summary.info.power_limit_w,
         energy_j=summary.energy_j,
-        process_seen=summary.process_seen,
+        process_seen=summary.process_state,
         spark_pct=spark,
     )
 

@@ -49,10 +49,33 @@ def _m3_het_index(conn: Connection) -> None:
     schema.ix_jobs_het.create(conn, checkfirst=True)
 
 
+#: Columns of migration 4: (table, column, SQL type).
+_M4_COLUMNS = (
+    ("jobs", "steps_json", "TEXT"),
+    ("job_gpus", "process_list_unread", "INTEGER"),
+    ("job_gpus", "stall_grid", "TEXT"),
+)
+
+
+def _m4_steps_and_signals(conn: Connection) -> None:
+    # Migration 1 creates its tables as declared now (with these columns): add each only
+    # where an older store lacks it. Rows stored before keep NULL: not known.
+    for table, column, sql_type in _M4_COLUMNS:
+        columns = {c["name"] for c in inspect(conn).get_columns(table)}
+        if column not in columns:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
     Migration(3, "index jobs.het_job_id (typed-id lookups without a table scan)", _m3_het_index),
+    Migration(
+        4,
+        "add jobs.steps_json (per-step CPUs, GPUs, state, exit code, CPU time), "
+        "job_gpus.process_list_unread and job_gpus.stall_grid",
+        _m4_steps_and_signals,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -8,12 +8,23 @@ tuples ``sqlite_reader`` builds. Nothing here imports a database library.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.records import GpuInfo, GpuSummary, HostSummary, JobRecord, NodeRecord, Tres
+from slurm_gpu.records import (
+    STALL_CPU_BINS,
+    STALL_DUTY_BINS,
+    GpuInfo,
+    GpuSummary,
+    HostSummary,
+    JobRecord,
+    JobStep,
+    NodeRecord,
+    Tres,
+)
 from slurm_gpu.store import codec
 
 
@@ -128,7 +139,27 @@ def gpu_from(r: Any) -> GpuSummary:
         pids=_ints(r.pids),
         sm_active_mean_pct=r.sm_active_mean_pct,
         tensor_active_mean_pct=r.tensor_active_mean_pct,
+        process_list_unread=getattr(r, "process_list_unread", None),
+        stall_grid=grid_from(getattr(r, "stall_grid", None)),
     )
+
+
+def grid_text(grid: Sequence[int]) -> str | None:
+    """``GpuSummary.stall_grid`` as stored: sparse ``index:count`` pairs; ``None`` if empty."""
+    if not grid:
+        return None
+    return ",".join(f"{i}:{n}" for i, n in enumerate(grid) if n)
+
+
+def grid_from(text: str | None) -> tuple[int, ...]:
+    """The grid of a stored ``stall_grid`` value (``None``: not counted)."""
+    if text is None:
+        return ()
+    grid = [0] * (STALL_DUTY_BINS * STALL_CPU_BINS)
+    for pair in filter(None, text.split(",")):
+        index, count = pair.split(":")
+        grid[int(index)] = int(count)
+    return tuple(grid)
 
 
 def host_summary_from(r: Any) -> HostSummary | None:
@@ -145,6 +176,27 @@ def host_summary_from(r: Any) -> HostSummary | None:
         rss_mean_bytes=r.rss_mean_bytes,
         io_read_bytes=r.io_read_bytes,
         io_write_bytes=r.io_write_bytes,
+    )
+
+
+def steps_json(steps: Sequence[JobStep]) -> str | None:
+    """The ``jobs.steps_json`` value of a job's steps: a JSON list of their fields; ``None``
+    when accounting gave no step."""
+    if not steps:
+        return None
+    return json.dumps([dataclasses.asdict(step) for step in steps], separators=(",", ":"))
+
+
+_STEP_FIELDS = frozenset(f.name for f in dataclasses.fields(JobStep))
+
+
+def steps_from(value: str | None) -> tuple[JobStep, ...]:
+    """The steps of a ``jobs.steps_json`` value (``None``: stored before version 4, no step)."""
+    if not value:
+        return ()
+    return tuple(
+        JobStep(**{k: v for k, v in item.items() if k in _STEP_FIELDS})
+        for item in json.loads(value)
     )
 
 
@@ -188,6 +240,7 @@ def job_from(r: Any) -> JobRecord:
         mail_user=r.mail_user,
         mail_type=r.mail_type,
         gres_gpu_detail=r.gres_gpu_detail,
+        steps=steps_from(getattr(r, "steps_json", None)),
     )
 
 

@@ -100,6 +100,8 @@ jobs = Table(
     Column("mail_user", Text),
     Column("mail_type", String(200)),
     Column("gres_gpu_detail", Text),
+    # Since schema version 4: JSON list of the job's steps (``JobStep`` fields; no step name).
+    Column("steps_json", Text),
     Column("telemetry", String(16), nullable=False),
     Column("telemetry_source", String(32)),
     Column("interval_s", Float),
@@ -205,6 +207,10 @@ job_gpus = Table(
     Column("pids", Text, nullable=False),
     Column("sm_active_mean_pct", Float),
     Column("tensor_active_mean_pct", Float),
+    # Since schema version 4: readings whose process list could not be read (NULL: not
+    # counted, sealed before), and the (duty, cores busy) grid as sparse "index:count" pairs.
+    Column("process_list_unread", Integer),
+    Column("stall_grid", Text),
 )
 Index("ix_job_gpus_uuid", job_gpus.c.uuid)
 

@@ -210,6 +210,7 @@ def _job_row(b: JobBundle, collected_at_s: float) -> dict[str, Any]:
         "mail_user": j.mail_user,
         "mail_type": j.mail_type,
         "gres_gpu_detail": j.gres_gpu_detail,
+        "steps_json": rows.steps_json(j.steps),
         "telemetry": b.telemetry,
         "telemetry_source": first.source if first else None,
         "interval_s": first.interval_s if first else None,
@@ -305,6 +306,8 @@ def _gpu_row(job_id: str, host: str, position: int, g: GpuSummary) -> dict[str, 
         "pids": ",".join(map(str, g.pids)),
         "sm_active_mean_pct": g.sm_active_mean_pct,
         "tensor_active_mean_pct": g.tensor_active_mean_pct,
+        "process_list_unread": g.process_list_unread,
+        "stall_grid": rows.grid_text(g.stall_grid),
     }
 
 

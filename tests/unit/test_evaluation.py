@@ -16,6 +16,7 @@ from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.evaluation.score import run
 from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
+from slurm_gpu.records import JobStep
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates" / "findings"
@@ -30,8 +31,17 @@ def test_targets_hold_on_held_out_seeds(seed: int) -> None:
     for c in ev.causes:
         if c.labelled:
             assert c.recall is not None and c.recall >= 0.9, c
+        if c.predicted >= 4:
+            assert c.precision is not None and c.precision >= 0.9, c
     assert ev.false_alarm_rate is not None and ev.false_alarm_rate <= 0.05
     assert ev.profiler_coverage == 1.0
+    assert ev.recommendations > 0
+    assert (ev.recs_invalid, ev.recs_below_use, ev.recs_incoherent, ev.recs_not_actionable) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_generation_is_deterministic_and_varied() -> None:
@@ -108,6 +118,33 @@ def _scenarios() -> list[Finding]:
         (
             job(gpus=2),
             [node([gpu("GPU-a", max_processes=4), gpu("GPU-b", duty=0.0, mem_frac=0.005)])],
+        ),
+        # A task farm of one-core steps, all failed; a node failure.
+        (
+            replace(
+                job(cpus=96, gpus=4, total_cpu=4 * 3600.0),
+                steps=(
+                    JobStep("0", 1, 1, 1, "FAILED", 1, 0, 3000, 2990.0),
+                    JobStep("1", 1, 1, 1, "FAILED", 1, 0, 3000, 2990.0),
+                ),
+            ),
+            [node([gpu(f"GPU-{i}", duty=65.0) for i in range(4)], host_summary=host(cores=96))],
+        ),
+        (job(state="NODE_FAIL"), [node()]),
+        # Recurring mid-job idle phases; a ragged end (one GPU stops 30 min early).
+        (
+            job(elapsed=7200, limit=14400),
+            [
+                node(
+                    [gpu(duty=60.0, end=T0 + 7200, active=(T0 + 60, T0 + 7140))],
+                    end=T0 + 7200,
+                    tl=timeline(([80.0] * 10 + [0.0] * 10) * 6, [1.0] * 120),
+                )
+            ],
+        ),
+        (
+            job(gpus=2),
+            [node([gpu("GPU-a"), gpu("GPU-b", active=(T0 + 10, T0 + 1800))])],
         ),
     ]
     for j, nodes in cases:

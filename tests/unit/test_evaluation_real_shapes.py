@@ -1,0 +1,124 @@
+"""The evaluation grown to the shapes real jobs showed (issue 11, item 6): generators for task
+farms, MPI ranks on one GPU, busy-but-empty GPUs, whole-node sites, 60 s sampling and
+multi-node node failures; recommendations scored as a set."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from analysis_factory import GIB, gpu, host, job, node
+
+from slurm_gpu.analysis import Code, Option, Recommendation, analyze
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.evaluation.recs import SBATCH_OPTIONS, check
+from slurm_gpu.evaluation.score import run
+from slurm_gpu.evaluation.traces import PATTERNS, generate
+from slurm_gpu.records import Tres
+
+S = AnalysisSettings()
+
+
+def test_task_farm_trace_is_a_whole_node_farm_of_one_core_steps() -> None:
+    t = generate("task-farm", 11)
+    assert t.job.steps and all(st.cpus == 1 and st.gpus == 1 for st in t.job.steps)
+    assert t.job.alloc_cpus == 96 * len(t.nodes)
+    assert t.job.req_tres.cpus == 4 * len(t.nodes)
+    a = analyze(t.job, t.nodes, S)
+    codes = {f.code for f in a.findings}
+    assert Code.STEPS_CPU_BOUND in codes and Code.IDLE_PHASES in codes
+    assert Code.CPU_OVERREQUESTED not in codes and Code.MEMORY_OVERREQUESTED not in codes
+
+
+def test_failed_task_farm_trace_says_completed_with_every_step_failed() -> None:
+    t = generate("task-farm-failed", 12)
+    assert t.job.state == "COMPLETED" and t.job.derived_exit_code == 1
+    assert all(st.failed for st in t.job.steps)
+    a = analyze(t.job, t.nodes, S)
+    assert any(f.code is Code.STEPS_FAILED for f in a.findings)
+
+
+def test_ranks_on_one_gpu_trace_has_one_busy_gpu_with_every_rank() -> None:
+    t = generate("ranks-one-gpu", 13)
+    gpus = t.nodes[0].gpus
+    assert gpus[0].max_processes == len(gpus)
+    assert all(g.process_seen and g.utilization.mean == 0.0 for g in gpus[1:])
+    a = analyze(t.job, t.nodes, S)
+    assert any(f.code is Code.RANKS_SHARE_GPU for f in a.findings)
+    assert not any(r.option is Option.GPUS for r in a.recommendations)
+
+
+def test_whole_node_trace_is_healthy_and_gets_no_reduction() -> None:
+    for seed in range(5):
+        t = generate("whole-node", seed)
+        a = analyze(t.job, t.nodes, S)
+        assert a.metrics.whole_node
+        assert not [f for f in a.findings if f.severity.value != "info"], a.findings
+        assert not a.recommendations
+
+
+def test_generators_cover_60s_sampling_and_multi_node_jobs() -> None:
+    intervals = {generate(p, i).nodes[0].interval_s for p in PATTERNS for i in range(6)}
+    assert 60.0 in intervals
+    assert any(len(generate("node-fail", i).nodes) > 1 for i in range(3))
+
+
+def test_corpus_scores_recommendations_and_the_outcome() -> None:
+    traces = [generate(p, 900 + i) for p in ("task-farm-failed", "overtime") for i in range(3)]
+    ev = run(traces, S, seed=9, n_per_pattern=3)
+    assert ev.cause("outcome").recall == 1.0
+    assert ev.recommendations >= 3 and ev.recs_invalid == 0 and ev.recs_below_use == 0
+
+
+# --------------------------------------------------------------------------- the checker
+
+
+def _with(recs: tuple[Recommendation, ...]):  # type: ignore[no-untyped-def]
+    a = analyze(job(), [node()], S)
+    return replace(a, recommendations=recs)
+
+
+def _rec(option: Option, line: str, proposed: str = "x") -> Recommendation:
+    return Recommendation(option, (line,), None, proposed, None)
+
+
+def test_checker_refuses_a_memory_option_that_sbatch_does_not_have() -> None:
+    got = check(_with((_rec(Option.MEMORY, "#SBATCH --memory=16G"),)))
+    assert got.invalid == ("#SBATCH --memory=16G",)
+    assert "--memory" not in SBATCH_OPTIONS
+    assert check(_with((_rec(Option.MEMORY, "#SBATCH --mem=16G"),))).ok
+
+
+def test_checker_refuses_proposals_below_the_observed_use() -> None:
+    # The job kept 4 cores busy per node (host(8, 0.5)) and ran 3600 s with 8 GiB resident.
+    cpus = check(_with((_rec(Option.CPUS_PER_GPU, "#SBATCH --cpus-per-gpu=2"),)))
+    assert cpus.below_use
+    mem = check(_with((_rec(Option.MEMORY, "#SBATCH --mem=4G"),)))
+    assert mem.below_use
+    time = check(_with((_rec(Option.TIME, "#SBATCH --time=00:30:00"),)))
+    assert time.below_use
+
+
+def test_checker_judges_cores_per_gpu_for_the_proposed_gpu_count() -> None:
+    # 4 GPUs, 4 ranks keep 4 cores busy: --gres=gpu:1 with --cpus-per-gpu=2 gives 2 cores.
+    j = job(gpus=4, cpus=16, total_cpu=4 * 3600.0)
+    n = node([gpu(f"GPU-{i}") for i in range(4)], host_summary=host(cores=16, busy_frac=0.25))
+    a = analyze(j, [n], S)
+    recs = (
+        _rec(Option.GPUS, "#SBATCH --gres=gpu:1"),
+        _rec(Option.CPUS_PER_GPU, "#SBATCH --cpus-per-gpu=2"),
+    )
+    got = check(replace(a, recommendations=recs))
+    assert any("--cpus-per-gpu" in b for b in got.below_use)
+    assert any("--gres" in b for b in got.below_use)  # 4 GPUs were used
+
+
+def test_checker_refuses_reductions_on_a_whole_node_and_options_set_twice() -> None:
+    j = replace(job(cpus=96, mem=512 * GIB), req_tres=Tres(cpus=8, mem_bytes=16 * GIB, gpus=1))
+    a = analyze(j, [node()], S)
+    assert a.metrics.whole_node
+    recs = (
+        _rec(Option.MEMORY, "#SBATCH --mem=32G"),
+        _rec(Option.MEMORY, "#SBATCH --mem=64G"),
+    )
+    got = check(replace(a, recommendations=recs))
+    assert got.not_actionable and got.incoherent == ("--mem",)
