@@ -354,17 +354,6 @@ def run_checks(checks: list[Callable[[], Check]]) -> list[Check]:
 # ----------------------------------------------------------------- who can read whose data
 
 
-def private_data(scontrol_config: str) -> frozenset[str]:
-    """The ``PrivateData`` flags of ``scontrol show config``'s output (``jobs``, ``usage``,
-    ...); empty when it says ``none`` or does not name them."""
-    for line in scontrol_config.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == "PrivateData":
-            flags = {f.strip().lower() for f in value.split(",") if f.strip()}
-            return frozenset(flags - {"none", "(null)"})
-    return frozenset()
-
-
 def _mode(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 

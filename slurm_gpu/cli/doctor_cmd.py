@@ -37,7 +37,9 @@ def _private_data(settings: object) -> frozenset[str] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return doctor.private_data(out)
+    from slurm_gpu.store.visibility import private_data
+
+    return private_data(out)
 
 
 def _rls_missing(settings: object) -> list[str]:

@@ -49,10 +49,21 @@ def _m3_het_index(conn: Connection) -> None:
     schema.ix_jobs_het.create(conn, checkfirst=True)
 
 
+def _m4_row_security(conn: Connection) -> None:
+    from slurm_gpu.store.visibility import enable_row_security
+
+    enable_row_security(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
     Migration(3, "index jobs.het_job_id (typed-id lookups without a table scan)", _m3_het_index),
+    Migration(
+        4,
+        "PostgreSQL: row-level security (each role reads the jobs Slurm shows it)",
+        _m4_row_security,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
