@@ -26,7 +26,8 @@ from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.jobreport import adapter, jsonout, output, service
 from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.jobreport.reportcache import render_key
-from slurm_gpu.jobreport.reportfiles import ReportFile, ReportFileWriter, reports_root
+from slurm_gpu.jobreport.reportfiles import reports_root
+from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import JobRecord
 from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path

@@ -25,13 +25,8 @@ from test_gpueff_owner import NeverAsked, _gpueff, _store
 from slurm_gpu.config import load_settings
 from slurm_gpu.jobreport.prerender import ReportPrerenderer
 from slurm_gpu.jobreport.reportcache import render_key
-from slurm_gpu.jobreport.reportfiles import (
-    REPORT_MAX_BYTES,
-    ReportFile,
-    ReportFileWriter,
-    read_reports,
-    reports_root,
-)
+from slurm_gpu.jobreport.reportfiles import REPORT_MAX_BYTES, read_reports, reports_root
+from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
 from slurm_gpu.store import Store, open_store
 from slurm_gpu.store.urls import readonly_uri
 
