@@ -15,6 +15,7 @@ logged and skipped, and ``gpueff`` then renders it itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -111,7 +112,7 @@ class ReportPrerenderer:
                     log.warning("job %s: report not rendered (%s)", job.job_id, exc)
                     continue
                 if rendered is not None:
-                    cached, job_json = rendered
+                    cached, job_json, telemetry = rendered
                     out.append(cached)
                     assert job.uid is not None
                     files.append(
@@ -123,6 +124,7 @@ class ReportPrerenderer:
                             colour=cached.colour,
                             job=job_json,
                             json_version=jsonout.SCHEMA_VERSION,
+                            telemetry=telemetry,
                         )
                     )
         self._store.write_reports(out)
@@ -132,7 +134,7 @@ class ReportPrerenderer:
 
     def _render(
         self, sq: SqliteReader, job: JobRecord, now: float
-    ) -> tuple[CachedReport, dict[str, Any]] | None:
+    ) -> tuple[CachedReport, dict[str, Any], dict[str, Any] | None] | None:
         s = self._settings.gpueff
         if self._wording is None:
             self._wording = adapter.findings_wording(s.template_dir)
@@ -156,4 +158,8 @@ class ReportPrerenderer:
             colour=output.render_groups(self._colour, found.groups),
             rendered_at_s=now,
         )
-        return cached, jsonout.job_json(found.groups[0][1][0])
+        # The GPU part as the reader built it (already read: no second store read), for the
+        # owner's full ``gpueff`` (listings, arrays) when the store is closed to them.
+        tel = reader.final(job)
+        telemetry = None if tel is None else dataclasses.asdict(tel)
+        return cached, jsonout.job_json(found.groups[0][1][0]), telemetry

@@ -41,6 +41,9 @@ class ReportFile:
     """The job's object of ``gpueff --json`` (``jsonout.job_json``)."""
     json_version: int
     """``jsonout.SCHEMA_VERSION`` of ``job``."""
+    telemetry: dict[str, Any] | None = None
+    """The job's ``model.Telemetry`` as ``dataclasses.asdict`` gives it (``None``: none), for
+    the owner's full ``gpueff`` (``readers``)."""
 
 
 def _private_group(uid: int) -> int | None:
@@ -131,6 +134,7 @@ class ReportFileWriter:
                 "colour": report.colour,
                 "job": report.job,
                 "json_version": report.json_version,
+                "telemetry": report.telemetry,
             }
         ).encode()
         user_dir = self._open_user_dir(top, report.uid, gid)

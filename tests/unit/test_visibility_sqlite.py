@@ -209,3 +209,79 @@ def test_the_fast_path_key_is_the_renderers(base: Path) -> None:
     changed = _config(base).read_text().replace("min_elapsed_s = 30", "min_elapsed_s = 31")
     (base / "config.toml").write_text(changed)
     assert _as(OWNER, OWNER_GID, _fast_path(base / "config.toml", "1001")).stdout == "NONE"
+
+
+_FULL_COMMAND = """
+sys.path.insert(0, {tests!r})
+import gpueff_factory as F
+from click.testing import CliRunner
+from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
+from slurm_gpu.config import load_settings
+from slurm_gpu.jobreport.readers import make_reader
+
+job = F.job(uid={uid}, user="nobody", job_name="secret-project")
+
+class Accounting:
+    name = "fake"
+    def get_jobs(self, ids):
+        return {{job.job_id: job}}
+    def jobs_between(self, start_s, end_s, users=None):
+        return [job]
+
+settings = load_settings({cfg!r})
+res = CliRunner().invoke(
+    cli,
+    {args!r},
+    obj={{BACKENDS_KEY: (Accounting(), make_reader(settings)), CALLER_UID_KEY: {uid}}},
+)
+sys.stdout.write(res.output)
+sys.exit(res.exit_code)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--user", "nobody", "--since", "3650d"), ("1001",), ("--json", "--user", "nobody")],
+)
+def test_the_owners_full_gpueff_reads_their_report_file_when_the_store_is_closed(
+    base: Path, args: tuple[str, ...]
+) -> None:
+    # Listings and every id that asks accounting (arrays, the full command's options) need
+    # the GPU part of each job: from the owner's report file, never from the store.
+    from test_gpueff_owner import AsCaller
+
+    from slurm_gpu.cli.gpueff import BACKENDS_KEY, CALLER_UID_KEY, cli
+    from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+
+    cfg = _collected(base)
+    argv = ["--config", str(cfg), "--no-color", *args]
+    code = _FULL_COMMAND.format(
+        tests=str(Path(__file__).parent), uid=OWNER, cfg=str(cfg), args=argv
+    )
+    res = _as(OWNER, OWNER_GID, code)
+    assert res.returncode == 0, res.stdout + res.stderr
+    from click.testing import CliRunner
+
+    job = F.job(uid=OWNER, user="nobody", job_name="secret-project")
+    reader = StoreAndSpoolReader(load_settings(str(cfg)))  # root: reads the store
+    full = CliRunner().invoke(
+        cli, argv, obj={BACKENDS_KEY: (AsCaller([job], OWNER), reader), CALLER_UID_KEY: OWNER}
+    )
+    assert full.exit_code == 0, full.output
+    assert res.stdout == full.output
+    assert "secret-project" in res.stdout
+
+
+def test_a_store_closed_to_the_user_is_a_store_error_not_a_missing_store(base: Path) -> None:
+    cfg = _collected(base)
+    db = base / "state" / "slurm-gpu.db"
+    code = (
+        "from slurm_gpu.errors import StoreError, StoreNotCreatedError\n"
+        "from slurm_gpu.store.sqlite_reader import SqliteReader\n"
+        f"try:\n    SqliteReader.open({str(db)!r})\n"
+        "except StoreNotCreatedError:\n    print('not created')\n"
+        "except StoreError as e:\n    print('store error', e.hint)\n"
+    )
+    res = _as(OTHER, OTHER_GID, code)
+    assert res.stdout.startswith("store error") and "report files" in res.stdout
+    assert cfg.exists()
