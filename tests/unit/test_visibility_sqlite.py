@@ -91,6 +91,12 @@ def _collected(base: Path, extra: str = "") -> Path:
     return cfg
 
 
+def _assert_store_closed_to(uid: int, gid: int, base: Path) -> None:
+    db = base / "state" / "slurm-gpu.db"
+    res = _as(uid, gid, f"open({str(db)!r}, 'rb').read(1)")
+    assert res.returncode != 0 and "PermissionError" in res.stderr, "the store is open to them"
+
+
 def _fast_path(cfg: Path, *args: str) -> str:
     return (
         "from slurm_gpu.cli.gpueff_entry import fast_path\n"
@@ -143,6 +149,7 @@ def test_the_owner_gets_their_report_while_the_store_is_closed_to_them(
     base: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
 ) -> None:
     cfg = _collected(base)
+    _assert_store_closed_to(OWNER, OWNER_GID, base)
     res = _as(OWNER, OWNER_GID, _fast_path(cfg, *args))
     assert res.returncode == 0, res.stderr
     full = _gpueff(base / "state", monkeypatch, NeverAsked(), OWNER, *args)
@@ -254,6 +261,7 @@ def test_the_owners_full_gpueff_reads_their_report_file_when_the_store_is_closed
     from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 
     cfg = _collected(base)
+    _assert_store_closed_to(OWNER, OWNER_GID, base)
     argv = ["--config", str(cfg), "--no-color", *args]
     code = _FULL_COMMAND.format(
         tests=str(Path(__file__).parent), uid=OWNER, cfg=str(cfg), args=argv
