@@ -9,7 +9,8 @@ Usage (as root, on the cluster host; ``--user`` names the job's owner)::
 libslurm-perl and libslurmdb-perl); ``--seff`` defaults to the copy ``share/testcluster/get-seff``
 installs in ``$TC_ROOT/bin/seff`` when it is there, else to ``seff`` on the PATH. The commands run
 alternately so that all see the same slurmdbd and page-cache conditions; the table gives min /
-median / max wall seconds for: ``gpueff JOBID`` as the owner (the store alone answers: no sacct),
+median / max wall seconds for: ``gpueff JOBID`` as the owner (no sacct: the report file the
+collector wrote for the owner alone answers, the store being closed to users),
 ``seff JOBID``, ``gpueff JOBID`` as root (Slurm shows root every job: the store answers too),
 ``gpueff JOBID`` as another ordinary user (``--other-user``: asks sacct, the path of every
 non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4),

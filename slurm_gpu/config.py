@@ -128,6 +128,12 @@ class AccountingSettings:
 @dataclass(frozen=True)
 class StoreSettings:
     url: str = _opt("", "SQLAlchemy URL; empty means SQLite at <state_dir>/slurm-gpu.db.")
+    admin_group: str = _opt(
+        "",
+        "Group that may read a SQLite store (file 0640, state_dir 0750; e.g. admins and "
+        "SlurmUser for the mail program); empty: root alone (0600, 0700). Users read their "
+        "own reports from [gpueff] reports_dir.",
+    )
 
 
 @dataclass(frozen=True)
@@ -367,6 +373,11 @@ class GpueffSettings:
         True,
         "The collector renders each stored job's report so that gpueff prints it from one read "
         "(SQLite stores; used while the templates, these settings and the release are unchanged).",
+    )
+    reports_dir: str = _opt(
+        "",
+        "Where the collector writes each user's rendered reports (<uid>/<job>.report, readable "
+        "by that user alone) for gpueff; empty: <state_dir>-reports.",
     )
 
 

@@ -333,3 +333,112 @@ def run_checks(checks: list[Callable[[], Check]]) -> list[Check]:
                 )
             )
     return results
+
+
+# ----------------------------------------------------------------- who can read whose data
+
+
+def _mode(st: os.stat_result) -> str:
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def check_visibility(
+    settings: Settings,
+    read_private_data: Callable[[], frozenset[str] | None],
+    rls_missing: Callable[[], list[str]] | None = None,
+) -> Check:
+    """Whether the site's settings let an ordinary user read other users' stored data.
+
+    ``read_private_data`` gives Slurm's ``PrivateData`` flags (``None``: Slurm could not be
+    asked, checked as if ``jobs`` were set). SQLite: the store file and the state directory
+    must not be readable by others, and with ``PrivateData=jobs`` users need the report files
+    (``[gpueff] cache_reports``, a reports directory 0711). PostgreSQL: ``rls_missing`` gives
+    the store's tables without forced row-level security."""
+    from slurm_gpu.jobreport.reportfiles import ROOT_MODE, reports_root
+    from slurm_gpu.store.urls import sqlite_path
+
+    flags = read_private_data()
+    private = flags is None or "jobs" in flags
+    policy = (
+        "PrivateData unknown (scontrol failed)"
+        if flags is None
+        else f"PrivateData={','.join(sorted(flags)) or 'none'}"
+    )
+    path = sqlite_path(settings.store_url)
+    if path is None:
+        if rls_missing is None:
+            return Check("visibility", Status.WARN, f"{policy}; store rows not checked")
+        missing = rls_missing()
+        if missing and private:
+            return Check(
+                "visibility",
+                Status.FAIL,
+                f"{policy}, but PostgreSQL tables without row-level security: "
+                f"{', '.join(missing)}; any role that may connect reads every user's jobs",
+                "run `slurm-gpu store migrate` as the store's owner (it enables row-level "
+                "security), then `slurm-gpu store sync-roles`; docs/store.md",
+            )
+        return Check("visibility", Status.OK, f"{policy}; PostgreSQL rows guarded by policies")
+    problems: list[tuple[str, str]] = []
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return Check("visibility", Status.WARN, f"{path}: {exc.strerror}", "run doctor as root")
+    group = settings.store.admin_group
+    if st is not None and st.st_mode & stat.S_IROTH:
+        problems.append(
+            (
+                f"{path} is readable by every user (mode {_mode(st)}): `sqlite3` shows them "
+                "every job",
+                f"chmod 0600 {path} (or set [store] admin_group; the collector narrows it "
+                "at its next run)",
+            )
+        )
+    elif st is not None and st.st_mode & stat.S_IRGRP and not group:
+        problems.append(
+            (
+                f"{path} is readable by its group (gid {st.st_gid}, mode {_mode(st)})",
+                "set [store] admin_group to the group meant to read it, or chmod 0600",
+            )
+        )
+    state = settings.paths.state_dir
+    try:
+        dst = os.stat(state)
+        if dst.st_mode & stat.S_IROTH:
+            problems.append(
+                (
+                    f"{state} can be listed by every user (mode {_mode(dst)})",
+                    f"chmod {'0750' if group else '0700'} {state}",
+                )
+            )
+    except OSError:
+        pass
+    root = reports_root(state, settings.gpueff.reports_dir)
+    try:
+        rst = os.stat(root)
+        if stat.S_IMODE(rst.st_mode) & ~ROOT_MODE:
+            problems.append(
+                (
+                    f"{root} is mode {_mode(rst)}: users can list whose reports are there",
+                    f"chmod 0711 {root}",
+                )
+            )
+    except OSError:
+        pass
+    if not problems and private and not settings.gpueff.cache_reports:
+        return Check(
+            "visibility",
+            Status.WARN,
+            f"{policy}: the store is closed to users, and with [gpueff] cache_reports off no "
+            "report files are written: users get a store error for their ended jobs",
+            "set [gpueff] cache_reports = true",
+        )
+    if problems:
+        status = Status.FAIL if private else Status.WARN
+        what = "; ".join(p for p, _ in problems)
+        return Check("visibility", status, f"{policy}: {what}", "; ".join(h for _, h in problems))
+    return Check(
+        "visibility", Status.OK, f"{policy}: store {path} root's (users read {root}/<uid>)"
+    )

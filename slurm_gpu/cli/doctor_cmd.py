@@ -21,6 +21,35 @@ def _store_info(settings: object) -> tuple[str, int, int]:
     return info.url, info.schema_version, info.latest_version
 
 
+def _private_data(settings: object) -> frozenset[str] | None:
+    """Slurm's PrivateData flags from ``scontrol show config`` (the scontrol beside an
+    absolute ``accounting.sacct_path``); ``None`` when it cannot be asked."""
+    import os
+    import subprocess
+
+    sacct = settings.accounting.sacct_path  # type: ignore[attr-defined]
+    scontrol = (
+        os.path.join(os.path.dirname(sacct), "scontrol") if os.path.isabs(sacct) else "scontrol"
+    )
+    try:
+        out = subprocess.run(
+            [scontrol, "show", "config"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    from slurm_gpu.store.visibility import private_data
+
+    return private_data(out)
+
+
+def _rls_missing(settings: object) -> list[str]:
+    from slurm_gpu.store import open_store
+    from slurm_gpu.store.visibility import tables_without_rls
+
+    with open_store(settings, readonly=True) as store:  # type: ignore[arg-type]
+        return tables_without_rls(store.engine)
+
+
 #: The checks, in the order they run; each can be skipped with --skip.
 CHECKS = (
     "config",
@@ -33,11 +62,12 @@ CHECKS = (
     "telemetry",
     "accounting",
     "store",
+    "visibility",
 )
 
 #: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
 #: configuration file that is not trusted, whose sacct_path or store URL another account chose.
-ACTING = ("telemetry", "accounting", "store")
+ACTING = ("telemetry", "accounting", "store", "visibility")
 
 
 @click.command("doctor")
@@ -53,7 +83,8 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
 
     Also flags unsafe choices: a configuration file another account can write, code root
     runs that another account can change, a state directory shared with another account, the
-    virtual GPU backend, a sampler without limits, a spool that is not 0700.
+    virtual GPU backend, a sampler without limits, a spool that is not 0700, and any place a
+    user could read another user's stored jobs (visibility).
     """
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.telemetry import open_source
@@ -73,6 +104,11 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
         "telemetry": lambda: doctor.check_telemetry(functools.partial(open_source, settings)),
         "accounting": lambda: doctor.check_accounting(functools.partial(open_accounting, settings)),
         "store": lambda: doctor.check_store(functools.partial(_store_info, settings)),
+        "visibility": lambda: doctor.check_visibility(
+            settings,
+            functools.partial(_private_data, settings),
+            functools.partial(_rls_missing, settings),
+        ),
     }
     if not trusted:
         for name in ACTING:

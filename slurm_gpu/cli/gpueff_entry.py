@@ -1,13 +1,16 @@
 """The ``gpueff`` console script: a click-free fast path for the common case.
 
-``gpueff 1234`` on the caller's own finished, collected job is answered from the store alone
+``gpueff 1234`` on the caller's own finished, collected job is answered without accounting
 (Slurm always shows users their own jobs; see docs/gpueff.md, "Who can see what"). That case
-pays for nothing else, not even click's import; when the collector has rendered the job's
-report into a SQLite store (``[gpueff] cache_reports``), it prints that text after one indexed
-read, without importing the report code or jinja2 (``reportcache``). Anything else —
-options, other users' jobs, running jobs, arrays, a job accounting must be asked about, any
-error — goes to the full click command (``slurm_gpu.cli.gpueff``), which decides and reports
-exactly as if this module did not exist.
+pays for nothing else, not even click's import. When the collector has rendered the job's
+report (``[gpueff] cache_reports``), it is printed without importing the report code or
+jinja2: for an ordinary user from the file the collector wrote for that user alone
+(``reportfiles``: the kernel checks who may open it, and the store itself need not be
+readable by users), for root from the store (``reportcache``, one indexed read). The forms
+taken here are ``gpueff [--config F] [--json] [--color|--no-color] JOBID...``. Anything else
+— other options, other users' jobs, running jobs, arrays, a job accounting must be asked
+about, any error — goes to the full click command (``slurm_gpu.cli.gpueff``), which decides
+and reports exactly as if this module did not exist.
 """
 
 from __future__ import annotations
@@ -23,8 +26,46 @@ if TYPE_CHECKING:
 #: Plain job ids and array tasks only; anything else (options, ranges) takes the full path.
 _SIMPLE_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
+#: The options this path takes, before the ids.
+_FLAGS = ("--json", "--color", "--no-color")
 
-def _cached(settings: Settings, args: list[str], uid: int) -> str | None:
+
+def _from_files(
+    settings: Settings, args: list[str], uid: int, *, as_json: bool, colour: bool
+) -> str | None:
+    """The output from the report files the collector wrote for this uid alone, when every id
+    has one rendered under this release, these templates and these settings; else ``None``.
+    Imports the standard library only."""
+    if not settings.gpueff.cache_reports or uid == 0:
+        return None
+    from slurm_gpu.jobreport.reportcache import render_key
+    from slurm_gpu.jobreport.reportfiles import read_reports, reports_root
+
+    root = reports_root(settings.paths.state_dir, settings.gpueff.reports_dir)
+    bodies = read_reports(root, uid, args, render_key(settings.gpueff))
+    if bodies is None:
+        return None
+    if as_json:
+        versions = {b.get("json_version") for b in bodies}
+        if len(versions) != 1:
+            return None
+        import json
+
+        # As the full command's ``jsonout.document`` and ``click.echo``.
+        document = {
+            "schema": "gpueff",
+            "version": versions.pop(),
+            "jobs": [b["job"] for b in bodies],
+            "not_found": [],
+        }
+        return json.dumps(document, indent=2) + "\n"
+    # As ``output.render_groups`` joins single-job reports.
+    return "\n".join(b["colour" if colour else "plain"] for b in bodies)
+
+
+def _cached(
+    settings: Settings, args: list[str], uid: int, *, colour: bool | None = None
+) -> str | None:
     """The output from the reports the collector rendered into a SQLite store, when every id
     has one rendered under this release, these templates and these settings; else ``None``.
     Imports the standard library only (``reportcache``)."""
@@ -38,7 +79,7 @@ def _cached(settings: Settings, args: list[str], uid: int) -> str | None:
     from slurm_gpu.jobreport.reportcache import read_cached, render_key
     from slurm_gpu.jobreport.tty import use_colour
 
-    texts = read_cached(path, args, uid, render_key(settings.gpueff), colour=use_colour(None))
+    texts = read_cached(path, args, uid, render_key(settings.gpueff), colour=use_colour(colour))
     # As ``output.render_groups`` joins single-job reports.
     return None if texts is None else "\n".join(texts)
 
@@ -50,15 +91,30 @@ def fast_path(args: list[str]) -> str | None:
     config_path = None
     if len(args) >= 2 and args[0] == "--config":
         config_path, args = args[1], args[2:]
+    as_json = False
+    flag: bool | None = None
+    while args and args[0] in _FLAGS:
+        if args[0] == "--json":
+            as_json = True
+        else:
+            flag = args[0] == "--color"
+        args = args[1:]
     if not args or not all(_SIMPLE_ID.fullmatch(a) for a in args):
         return None
     if os.environ.get("SLURM_GPU_DEBUG") == "1":
         return None
     try:
         from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
+        from slurm_gpu.jobreport.tty import use_colour
 
         settings = load_settings(config_path)
-        cached = _cached(settings, args, uid)
+        colour = use_colour(flag)
+        from_files = _from_files(settings, args, uid, as_json=as_json, colour=colour)
+        if from_files is not None:
+            return from_files
+        if as_json:
+            return None  # rendered by the full command
+        cached = _cached(settings, args, uid, colour=colour)
         if cached is not None:
             return cached
 
@@ -74,7 +130,7 @@ def fast_path(args: list[str]) -> str | None:
         if found.missing or any(len(group) != 1 for _, group in found.groups):
             return None
         renderer = TerminalRenderer(
-            colour=output.use_colour(None), template_dir=settings.gpueff.template_dir, cache=True
+            colour=colour, template_dir=settings.gpueff.template_dir, cache=True
         )
         return output.render_groups(renderer, found.groups)
     except Exception:  # the full command reports every problem properly

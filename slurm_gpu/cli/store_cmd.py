@@ -97,3 +97,60 @@ def reports(ctx: click.Context, limit: int) -> None:
             return
         candidates, written = prerenderer.refresh(limit=limit)
     click.echo(f"{written} report(s) rendered ({candidates} job(s) had none under this key)")
+
+
+@cli.command("sync-roles")
+@click.pass_context
+def sync_roles(ctx: click.Context) -> None:
+    """Write who may read which rows of a PostgreSQL store, as Slurm says it.
+
+    Reads PrivateData and SlurmUser (scontrol show config), Slurm operators and administrators
+    (sacctmgr show user) and account coordinators (sacctmgr show account withcoord), and
+    replaces the store's visibility tables in one transaction; the row-level security
+    policies read them (docs/store.md). Run it from the collector's timer, as root. SQLite
+    stores have nothing to sync: their file is closed to users.
+    """
+    import os
+    import subprocess
+    from collections.abc import Sequence
+
+    from slurm_gpu.accounting.admincomment import sacctmgr_path_for
+    from slurm_gpu.store import Store
+    from slurm_gpu.store.urls import sqlite_path
+    from slurm_gpu.store.visibility import read_visibility, write_visibility
+
+    settings = settings_from(ctx)
+    if sqlite_path(settings.store_url) is not None:
+        click.echo("SQLite store: no roles to sync (the file is root's; docs/gpueff.md)")
+        return
+    sacct = settings.accounting.sacct_path
+    sacctmgr = sacctmgr_path_for(settings.collector.sacctmgr_path, sacct)
+    scontrol = (
+        os.path.join(os.path.dirname(sacct), "scontrol") if os.path.isabs(sacct) else "scontrol"
+    )
+
+    def run(argv: Sequence[str]) -> str:
+        try:
+            return subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=settings.accounting.timeout_s,
+                check=True,
+                cwd="/",
+            ).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            from slurm_gpu.errors import AccountingError
+
+            raise AccountingError(
+                f"{argv[0]} {argv[1]} failed ({exc})",
+                hint="check that slurmctld and slurmdbd answer; nothing was changed",
+            ) from None
+
+    vis = read_visibility(run, scontrol, sacctmgr)
+    with Store.open(settings.store_url, migrate=False) as store:
+        roles = write_visibility(store.engine, vis)
+    click.echo(
+        f"{roles} role(s) with more than their own jobs; "
+        f"PrivateData=jobs {'on' if vis.private_jobs else 'off'}"
+    )

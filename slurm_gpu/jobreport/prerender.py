@@ -15,6 +15,7 @@ logged and skipped, and ``gpueff`` then renders it itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,9 +24,11 @@ from typing import Any
 from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.jobreport import adapter, output, service
+from slurm_gpu.jobreport import adapter, jsonout, output, service
 from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.jobreport.reportcache import render_key
+from slurm_gpu.jobreport.reportfiles import reports_root
+from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import JobRecord
 from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
@@ -39,14 +42,24 @@ class ReportPrerenderer:
 
     ``store`` is the open ``Store`` the collector writes to; ``settings`` must be those
     ``gpueff`` reads (the same configuration file), or the key will not match theirs.
+    Each report is also written for its owner alone (``reportfiles``), where ``gpueff`` reads
+    it when the store is not readable by users; ``files`` replaces that writer in tests.
     """
 
     def __init__(
-        self, settings: Settings, store: Any, *, clock: Callable[[], float] = time.time
+        self,
+        settings: Settings,
+        store: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        files: ReportFileWriter | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._clock = clock
+        self._files = files or ReportFileWriter(
+            reports_root(settings.paths.state_dir, settings.gpueff.reports_dir)
+        )
         self.path = sqlite_path(settings.store_url)
         self.key = render_key(settings.gpueff)
         self._plain: TerminalRenderer | None = None
@@ -89,20 +102,39 @@ class ReportPrerenderer:
         assert self.path is not None
         now = self._clock()
         out: list[CachedReport] = []
+        files: list[ReportFile] = []
         # The store as gpueff reads it: the standard-library reader, after the commit.
         with SqliteReader.open(self.path) as sq:
             for job in eligible:
                 try:
-                    cached = self._render(sq, job, now)
+                    rendered = self._render(sq, job, now)
                 except (SlurmGpuError, service.AccountingNeeded, OSError, ValueError) as exc:
                     log.warning("job %s: report not rendered (%s)", job.job_id, exc)
                     continue
-                if cached is not None:
+                if rendered is not None:
+                    cached, job_json, telemetry = rendered
                     out.append(cached)
+                    assert job.uid is not None
+                    files.append(
+                        ReportFile(
+                            uid=job.uid,
+                            typed_id=cached.typed_id,
+                            render_key=cached.render_key,
+                            plain=cached.plain,
+                            colour=cached.colour,
+                            job=job_json,
+                            json_version=jsonout.SCHEMA_VERSION,
+                            telemetry=telemetry,
+                        )
+                    )
         self._store.write_reports(out)
+        # After the commit, as the store's rows: the owner's copy, readable by the owner alone.
+        self._files.write(files)
         return len(out)
 
-    def _render(self, sq: SqliteReader, job: JobRecord, now: float) -> CachedReport | None:
+    def _render(
+        self, sq: SqliteReader, job: JobRecord, now: float
+    ) -> tuple[CachedReport, dict[str, Any], dict[str, Any] | None] | None:
         s = self._settings.gpueff
         if self._wording is None:
             self._wording = adapter.findings_wording(s.template_dir)
@@ -118,7 +150,7 @@ class ReportPrerenderer:
         found = pending.finish(min_elapsed_s=s.min_elapsed_s)
         if found.missing or len(found.groups) != 1 or len(found.groups[0][1]) != 1:
             return None
-        return CachedReport(
+        cached = CachedReport(
             job_id=job.job_id,
             typed_id=typed,
             render_key=self.key,
@@ -126,3 +158,8 @@ class ReportPrerenderer:
             colour=output.render_groups(self._colour, found.groups),
             rendered_at_s=now,
         )
+        # The GPU part as the reader built it (already read: no second store read), for the
+        # owner's full ``gpueff`` (listings, arrays) when the store is closed to them.
+        tel = reader.final(job)
+        telemetry = None if tel is None else dataclasses.asdict(tel)
+        return cached, jsonout.job_json(found.groups[0][1][0]), telemetry

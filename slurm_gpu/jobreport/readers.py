@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurm_gpu.config import Settings
+from slurm_gpu.errors import StoreError
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.model import Telemetry
 from slurm_gpu.records import JobRecord
@@ -178,12 +179,43 @@ class StoreAndSpoolReader:
             return ahead
         stored = self._stored.get(job.job_id)
         if stored is None:
-            stored = self._open_store().get_job(job.job_id, timelines=True)
+            try:
+                stored = self._open_store().get_job(job.job_id, timelines=True)
+            except StoreError:
+                # A store closed to this user: their own job's GPU part from the file the
+                # collector wrote for them alone, else the store's error.
+                own = self._from_report_file(job)
+                if own is None:
+                    raise
+                self._ahead[job.job_id] = own
+                return own
         if stored is None:
             return None
         tel = adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
         self._ahead[job.job_id] = tel
         return tel
+
+    def _from_report_file(self, job: JobRecord) -> Telemetry | None:
+        """The telemetry of the caller's own job from their report file
+        (``reportfiles``), when it was rendered under the current key; else ``None``. The
+        kernel lets only the file's user (and root) open it."""
+        import os
+
+        from slurm_gpu.jobreport.reportcache import render_key
+        from slurm_gpu.jobreport.reportfiles import read_reports, reports_root
+
+        uid = os.getuid()
+        if job.uid != uid or not self._settings.gpueff.cache_reports:
+            return None
+        s = self._settings
+        root = reports_root(s.paths.state_dir, s.gpueff.reports_dir)
+        found = read_reports(root, uid, [job.job_id_display], render_key(s.gpueff))
+        if not found or not isinstance(found[0].get("telemetry"), dict):
+            return None
+        try:
+            return telemetry_from_dict(found[0]["telemetry"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def live(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job on every node readable; ``None`` if none."""
@@ -227,6 +259,27 @@ def clean_live(value: Any) -> Any:
     if isinstance(value, list):
         return [clean_live(v) for v in value]
     return value
+
+
+def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
+    """``model.Telemetry`` back from ``dataclasses.asdict`` after a JSON round trip (lists
+    for tuples). Raises ``KeyError``/``TypeError`` for a mapping of another shape."""
+    from slurm_gpu.jobreport.model import FindingView, GpuLine, RecommendationView
+
+    return Telemetry(
+        gpus=tuple(GpuLine(**{**g, "spark_pct": tuple(g.get("spark_pct", ()))}) for g in d["gpus"]),
+        live=bool(d["live"]),
+        updated_s=d.get("updated_s"),
+        findings=tuple(
+            FindingView(**{**f, "evidence": tuple(tuple(e) for e in f.get("evidence", ()))})
+            for f in d.get("findings", ())
+        ),
+        recommendations=tuple(
+            RecommendationView(**{**r, "sbatch_lines": tuple(r.get("sbatch_lines", ()))})
+            for r in d.get("recommendations", ())
+        ),
+        notes=tuple(d.get("notes", ())),
+    )
 
 
 def make_reader(settings: Settings) -> StoreAndSpoolReader:

@@ -19,7 +19,6 @@ render afresh, never print a stale text.
 from __future__ import annotations
 
 import os
-import sqlite3
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -101,6 +100,8 @@ def read_cached(
     the caller takes the full path, which reports real errors properly."""
     if not typed_ids:
         return None
+    import sqlite3  # here: the report-file path imports this module for render_key alone
+
     wanted = list(dict.fromkeys(typed_ids))
     column = "r.colour" if colour else "r.plain"
     marks = ",".join("?" * len(wanted))

@@ -7,6 +7,7 @@ SQLAlchemy, which costs about 0.4 s, and ``gpueff`` reads SQLite stores through
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from slurm_gpu.lazy import lazy_exports
@@ -55,9 +56,19 @@ __getattr__ = lazy_exports(globals(), _HOMES)
 
 def open_store(settings: Settings, *, readonly: bool = False) -> Store:
     """The configured store. Writers migrate it first; readers (``readonly``) only check that
-    it is at the schema version this release needs (``StoreError`` otherwise)."""
-    from slurm_gpu.store.store import Store
+    it is at the schema version this release needs (``StoreError`` otherwise).
 
+    A writer of a SQLite store creates the file 0600 and keeps it, and the state directory
+    holding it, readable by root and ``[store] admin_group`` only (``filemode``)."""
+    from slurm_gpu.store.store import Store
+    from slurm_gpu.store.urls import sqlite_path
+
+    path = sqlite_path(settings.store_url)
+    if path is not None and not readonly:
+        from slurm_gpu.store.filemode import secure_sqlite_file
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        secure_sqlite_file(path, settings.store.admin_group, state_dir=settings.paths.state_dir)
     return Store.open(settings.store_url, migrate=not readonly)
 
 

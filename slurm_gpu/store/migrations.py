@@ -66,6 +66,12 @@ def _m4_steps_and_signals(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
+def _m5_row_security(conn: Connection) -> None:
+    from slurm_gpu.store.visibility import enable_row_security
+
+    enable_row_security(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -75,6 +81,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "add jobs.steps_json (per-step CPUs, GPUs, state, exit code, CPU time), "
         "job_gpus.process_list_unread and job_gpus.stall_grid",
         _m4_steps_and_signals,
+    ),
+    Migration(
+        5,
+        "PostgreSQL: row-level security (each role reads the jobs Slurm shows it)",
+        _m5_row_security,
     ),
 )
 

@@ -28,7 +28,7 @@ from slurm_gpu.store.urls import sqlite_path as sqlite_path
 
 #: The schema version these queries are written for; a test keeps it equal to
 #: ``migrations.LATEST_VERSION``, so a new migration cannot forget this reader.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Ids per ``IN (...)`` list, as in ``Store``.
 _CHUNK = 500
@@ -66,11 +66,21 @@ class SqliteReader:
     def open(cls, path: str, *, busy_timeout_s: float = 30.0) -> SqliteReader:
         """Open ``path`` read-only and check its schema version (``StoreError`` when the file
         cannot be read, is not a store, or is behind this release)."""
-        if not os.path.exists(path):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
             raise StoreNotCreatedError(
                 f"store {path} does not exist yet",
                 hint="the first 'slurm-gpu collect' creates it",
-            )
+            ) from None
+        except OSError as exc:
+            # Not "not created": the mail program would wait for it forever.
+            raise StoreError(
+                f"store {path}: {exc.strerror}",
+                hint="the store is readable by root and [store] admin_group only; users get "
+                "their own ended jobs from the report files the collector writes for them "
+                "(docs/gpueff.md, 'Who can see what')",
+            ) from None
         uri = readonly_uri(path)
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
