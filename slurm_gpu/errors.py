@@ -84,7 +84,16 @@ class StoreError(SlurmGpuError):
     exit_code = 6
 
 
-class StoreNotCreatedError(StoreError):
+class StoreNotReadyError(StoreError):
+    """The store is not ready for this release yet (not created, or behind its schema); the
+    collector's next pass fixes either. The mail program waits for it like for a record."""
+
+
+class StoreBehindError(StoreNotReadyError):
+    """The store's schema is behind this release: the collector migrates it at its next pass."""
+
+
+class StoreNotCreatedError(StoreNotReadyError):
     """The SQLite store file does not exist yet: no collection has run since installation.
     Readers that wait for a record (the mail program) treat it like a record not stored yet."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from slurm_gpu.accounting.base import AccountingSource
-from slurm_gpu.errors import StoreNotCreatedError
+from slurm_gpu.errors import StoreNotReadyError
 from slurm_gpu.jobreport.model import JobReport, Telemetry
 from slurm_gpu.jobreport.service import TelemetryReader, report_for
 from slurm_gpu.notify.message import MessageBuilder, recipient_address
@@ -188,14 +188,14 @@ class _LookingReader:
         self._inner = inner
         self._found = found
         self.missing: list[str] = []
-        #: The store file did not exist yet (no collection since installation): waited for
-        #: like a record that is not stored yet.
-        self.store_missing: StoreNotCreatedError | None = None
+        #: The store was not ready (not created yet, or behind this release's schema until the
+        #: collector's next pass migrates it): waited for like a record not stored yet.
+        self.store_missing: StoreNotReadyError | None = None
 
     def final(self, job: JobRecord) -> Telemetry | None:
         try:
             tel = self._found.get(job.job_id) or self._inner.final(job)
-        except StoreNotCreatedError as exc:
+        except StoreNotReadyError as exc:
             self.store_missing = exc
             tel = None
         if tel is None:
@@ -337,7 +337,7 @@ class Notifier:
             deadline = progress.pending.admitted_s + self.opts.wait_for_record_s
             if self._now() + self.opts.poll_interval_s > deadline:
                 if reader.store_missing is not None:
-                    raise StoreNotCreatedError(
+                    raise type(reader.store_missing)(
                         f"{reader.store_missing.message} after waiting "
                         f"{self.opts.wait_for_record_s:g} s",
                         hint=reader.store_missing.hint,

@@ -20,7 +20,7 @@ from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from slurm_gpu.errors import StoreError, StoreNotCreatedError
+from slurm_gpu.errors import StoreBehindError, StoreError, StoreNotCreatedError
 from slurm_gpu.store import rows
 from slurm_gpu.store.rows import StoredJob
 from slurm_gpu.store.urls import readonly_uri
@@ -95,7 +95,7 @@ class SqliteReader:
             raise
         if version < SCHEMA_VERSION:
             conn.close()
-            raise StoreError(
+            raise StoreBehindError(
                 f"store at {path} is at schema version {version}, "
                 f"this release needs {SCHEMA_VERSION}",
                 hint="run: slurm-gpu store migrate",

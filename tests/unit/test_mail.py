@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from slurm_gpu.cli.mail_cmd import NOTIFIER_KEY, cli
 from slurm_gpu.config import parse_settings
-from slurm_gpu.errors import MailError, StoreNotCreatedError
+from slurm_gpu.errors import MailError, StoreBehindError, StoreNotCreatedError
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.charts import charts_for
 from slurm_gpu.jobreport.model import FindingView, RecommendationView, Telemetry
@@ -610,3 +610,24 @@ def test_store_never_created_ends_in_the_fallback_saying_so(
         n.handle(end_request())
     assert 27.0 <= clock.t - 1000.0 <= 30.0
     assert inbox.received == []
+
+
+class StoreBehindYet(Reader):
+    """The store is at an older schema until the collector's next pass migrates it."""
+
+    def final(self, job: JobRecord) -> Telemetry | None:
+        self.looks += 1
+        if self.looks <= self.after:
+            raise StoreBehindError("store /x/slurm-gpu.db is at schema version 3")
+        return self.tel
+
+
+def test_store_behind_this_release_is_waited_for_until_the_collector_migrates_it(
+    smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    inbox, port = smtp
+    reader = StoreBehindYet(after=2)
+    n = notifier(port, [F.job()], tmp_path, reader=reader, clock=Clock())
+    assert n.handle(end_request()) is Outcome.SENT
+    assert reader.looks == 3
+    assert "80 % busy" in inbox.received[0].message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
