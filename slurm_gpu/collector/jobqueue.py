@@ -24,8 +24,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from slurm_gpu.collector.safefs import DIR_FLAGS
-from slurm_gpu.collector.statedir import untrusted_parents_reason
 from slurm_gpu.errors import ConfigError
+from slurm_gpu.trust import untrusted_ancestry_reason
 
 log = logging.getLogger("slurm_gpu.collector")
 
@@ -58,7 +58,7 @@ class JobQueue:
                 f"cannot open it ({exc.strerror}; a symlink is never followed)"
             ) from None
         try:
-            reason = untrusted_parents_reason(self.path, os.fstat(fd).st_uid)
+            reason = untrusted_ancestry_reason(self.path, os.fstat(fd).st_uid)
             if reason is not None:
                 raise self._refuse(reason)
             return self._take(fd)

@@ -46,12 +46,6 @@ def _refuse(path: str, reason: str) -> ConfigError:
     )
 
 
-def untrusted_parents_reason(path: str, owner_uid: int) -> str | None:
-    """Why a directory above ``path`` (owned by ``owner_uid``) lets another account replace
-    ``path``, or None (``trust.untrusted_ancestry_reason``)."""
-    return untrusted_ancestry_reason(path, owner_uid)
-
-
 def open_state_dir(path: str) -> int:
     """A descriptor of the state directory, made (0755) when missing; ``ConfigError`` (exit
     code 3) when it is a symlink, not a directory, or writable or replaceable by an account
@@ -78,7 +72,7 @@ def open_state_dir(path: str) -> int:
         elif st.st_mode & OTHERS_WRITE:
             reason = f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
         else:
-            reason = untrusted_parents_reason(path, st.st_uid) or _foreign_store_file(fd)
+            reason = untrusted_ancestry_reason(path, st.st_uid) or _foreign_store_file(fd)
         if reason is not None:
             raise _refuse(path, reason)
     except BaseException:
