@@ -7,7 +7,10 @@ impossible the tests fail, they are not skipped. Helpers live in ``slurmtools``.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,13 +25,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
+# One pytest session at a time owns the test cluster: a second one (another checkout, another
+# terminal) waits here instead of restarting the cluster under the first one's jobs.
+OWNER_LOCK = Path(os.environ.get("SLURM_GPU_TC_LOCK", "/run/lock/slurm-gpu-testcluster.lock"))
+
+
 @pytest.fixture(scope="session", autouse=True)
-def cluster() -> None:
-    """The running test cluster; fails the session's cluster tests if it cannot be started."""
-    try:
-        slurmtools.ensure_cluster()
-    except (slurmtools.ClusterError, OSError) as exc:
-        pytest.fail(f"the local Slurm test cluster is not usable: {exc}", pytrace=False)
+def cluster() -> Iterator[None]:
+    """The running test cluster, owned by this session; fails its tests if it cannot start."""
+    OWNER_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with OWNER_LOCK.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"\nwaiting for {OWNER_LOCK}: another session owns the cluster", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            slurmtools.ensure_cluster()
+        except (slurmtools.ClusterError, OSError) as exc:
+            pytest.fail(f"the local Slurm test cluster is not usable: {exc}", pytrace=False)
+        yield
 
 
 @pytest.fixture
