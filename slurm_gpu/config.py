@@ -128,6 +128,21 @@ class AccountingSettings:
 @dataclass(frozen=True)
 class StoreSettings:
     url: str = _opt("", "SQLAlchemy URL; empty means SQLite at <state_dir>/slurm-gpu.db.")
+    timeline_retention_days: float = _opt(
+        180.0,
+        "'store prune' deletes per-GPU timelines and rendered reports of jobs that ended this "
+        "many days ago (summaries and findings stay); 0 keeps them for ever.",
+        min=0,
+    )
+    summary_retention_days: float = _opt(
+        0.0,
+        "'store prune' deletes whole jobs (summaries, findings) that ended this many days ago; "
+        "0 keeps them for ever.",
+        min=0,
+    )
+    prune_batch_jobs: int = _opt(
+        500, "Jobs per 'store prune' transaction (the longest a writer waits on it).", min=1
+    )
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ class Telemetry:
     findings: tuple[FindingView, ...] = ()
     recommendations: tuple[RecommendationView, ...] = ()
     notes: tuple[str, ...] = ()
+    timeline_note: str = ""
+    """Why the GPUs have no sparkline although the job was sampled (retention removed the
+    timeline); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,8 @@ class JobReport:
     array_job_id: str | None = None
     mail_user: str | None = None
     notes: tuple[str, ...] = field(default=())
+    timeline_note: str = ""
+    """One sentence when the store's retention removed the job's timeline; else empty."""
 
     # ------------------------------------------------------------------ derived numbers
 

@@ -53,6 +53,9 @@ class StoredJob:
     gpu_hours: float | None
     """Allocated GPUs times elapsed hours; ``None`` without GPUs."""
     collected_at_s: float
+    timeline_pruned_s: float | None = None
+    """When the store's retention removed the job's timelines and rendered report (seconds
+    since the epoch); ``None`` while they are kept (``slurm_gpu.store.prune``)."""
 
     @property
     def gpus(self) -> tuple[tuple[str, GpuSummary], ...]:
@@ -252,4 +255,6 @@ def stored_job(
         analysis_version=r.analysis_version,
         gpu_hours=r.gpu_hours,
         collected_at_s=r.collected_at_s,
+        # Absent from a row of a store before schema version 4 (a reader of an old store).
+        timeline_pruned_s=getattr(r, "timeline_pruned_s", None),
     )
