@@ -208,12 +208,17 @@ def stored_job(
     gpu_rows: list[Any],
     finding_rows: list[Any],
     tl_rows: list[Any],
+    *,
+    utilization_only: bool = False,
 ) -> StoredJob:
-    """One ``StoredJob`` from its ``jobs`` row and its child rows (each in stored order)."""
+    """One ``StoredJob`` from its ``jobs`` row and its child rows (each in stored order);
+    ``utilization_only``: timelines with GPU utilization alone (``codec.decode_timeline``)."""
     gpus_by_host: dict[str, list[GpuSummary]] = {}
     for g in gpu_rows:
         gpus_by_host.setdefault(g.host, []).append(gpu_from(g))
-    tl_by_host = {t.host: codec.decode_timeline(t.data) for t in tl_rows}
+    tl_by_host = {
+        t.host: codec.decode_timeline(t.data, utilization_only=utilization_only) for t in tl_rows
+    }
     nodes = tuple(
         NodeRecord(
             job_id=r.job_id,
