@@ -114,8 +114,13 @@ def _pages(conn: Connection, since_s: float, until_s: float, page_jobs: int) -> 
     while True:
         cond = and_(j.c.end_s >= since_s, j.c.end_s < until_s)
         if after is not None:
+            # ``end_s >= last`` on its own, so that the index range starts at the last page's
+            # end (an OR of the two keys made both SQLite and PostgreSQL start every page at
+            # ``since``: quadratic in the period's size); ties on ``end_s`` by job id.
             cond = and_(
-                cond, or_(j.c.end_s > after[0], and_(j.c.end_s == after[0], j.c.job_id > after[1]))
+                cond,
+                j.c.end_s >= after[0],
+                or_(j.c.end_s > after[0], j.c.job_id > after[1]),
             )
         page = conn.execute(
             select(*cols).where(cond).order_by(j.c.end_s, j.c.job_id).limit(page_jobs)
