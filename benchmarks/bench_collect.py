@@ -129,6 +129,78 @@ class RecordedRunner:
         return CommandResult(0, b"".join(chunks), "")
 
 
+#: One completed one-node GPU job as sacct prints it (values from the local test cluster);
+#: ``OfflineRunner`` answers with it for every asked id.
+OFFLINE_ROW: dict[str, str] = {
+    "JobIDRaw": "101",
+    "JobID": "101",
+    "State": "COMPLETED",
+    "ExitCode": "0:0",
+    "DerivedExitCode": "0:0",
+    "User": "sgtest1",
+    "UID": "1001",
+    "Account": "default",
+    "Partition": "gpu",
+    "QOS": "normal",
+    "AllocCPUS": "8",
+    "NNodes": "1",
+    "ReqMem": "16000M",
+    "AllocTRES": "cpu=8,mem=16000M,node=1,billing=8,gres/gpu={gpus}",
+    "ReqTRES": "cpu=8,mem=16000M,node=1,billing=8,gres/gpu={gpus}",
+    "MaxRSS": "",
+    "TotalCPU": "05:00:00",
+    "ElapsedRaw": "3600",
+    "Elapsed": "01:00:00",
+    "TimelimitRaw": "120",
+    "Timelimit": "02:00:00",
+    "Submit": "1789999990",
+    "Start": "1790000000",
+    "End": "1790003600",
+    "NodeList": "{host}",
+    "JobName": "train",
+    "Comment": "",
+    "AdminComment": "",
+    "WorkDir": "/home/sgtest1",
+}
+
+
+class OfflineRunner:
+    """No sacct process: every asked id answered with ``OFFLINE_ROW`` (and a batch step),
+    rendered for the asked ``--format`` and ``--delimiter``. Measures the collector alone,
+    without a test cluster."""
+
+    def __init__(self, n_gpus: int, host: str) -> None:
+        self.n_gpus, self.host = n_gpus, host
+        self.calls = 0
+
+    def __call__(
+        self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
+    ) -> CommandResult:
+        self.calls += 1
+        ids = next(a for a in argv if a.startswith("--jobs=")).split("=", 1)[1].split(",")
+        fmt = next(a for a in argv if a.startswith("--format=")).split("=", 1)[1].split(",")
+        delim = next(a for a in argv if a.startswith("--delimiter=")).split("=", 1)[1]
+        allocations = "--allocations" in argv
+        lines = []
+        for jid in ids:
+            job = {k: v.format(gpus=self.n_gpus, host=self.host) for k, v in OFFLINE_ROW.items()}
+            job.update(JobIDRaw=jid, JobID=jid)
+            rows = [job]
+            if not allocations:
+                rows.append(
+                    dict(
+                        job,
+                        JobIDRaw=f"{jid}.batch",
+                        JobID=f"{jid}.batch",
+                        JobName="batch",
+                        MaxRSS="4000M",
+                        ReqTRES="",
+                    )
+                )
+            lines += [delim.join(r.get(f, "") for f in fmt) + "\n" for r in rows]
+        return CommandResult(0, "".join(lines).encode(), "")
+
+
 def make_record(job_id: str, host: str, n_gpus: int, rng: random.Random) -> NodeRecord:
     n = int(HOUR / INTERVAL_S)
     gpus = []
@@ -240,7 +312,9 @@ def run(
     shutil.rmtree(root, ignore_errors=True)
     spool_dir, state_dir = root / "spool", root / "state"
     fill_spool(spool_dir, n_jobs, n_gpus, host, first_id=10_000_000)
-    runner = RecordedRunner(template_job)
+    runner: RecordedRunner | OfflineRunner = (
+        OfflineRunner(n_gpus, host) if template_job == "offline" else RecordedRunner(template_job)
+    )
     acc = SacctSource(batch_size=500, runner=runner)
     url = f"sqlite:///{state_dir}/store.db"
     with Store.open(url) as store:
@@ -292,7 +366,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration")
-    ap.add_argument("--template-job", default=None)
+    ap.add_argument(
+        "--template-job",
+        default=None,
+        help="a finished GPU job whose sacct output is replayed; 'offline': no sacct at all "
+        "(a built-in job, the collector measured alone, no test cluster needed)",
+    )
     ap.add_argument("--host", default=os.uname().nodename.split(".")[0])
     ap.add_argument(
         "--reports",

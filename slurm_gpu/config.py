@@ -134,6 +134,21 @@ class StoreSettings:
         "SlurmUser for the mail program); empty: root alone (0600, 0700). Users read their "
         "own reports from [gpueff] reports_dir.",
     )
+    timeline_retention_days: float = _opt(
+        180.0,
+        "'store prune' deletes per-GPU timelines and rendered reports of jobs that ended this "
+        "many days ago (summaries and findings stay); 0 keeps them for ever.",
+        min=0,
+    )
+    summary_retention_days: float = _opt(
+        0.0,
+        "'store prune' deletes whole jobs (summaries, findings) that ended this many days ago; "
+        "0 keeps them for ever.",
+        min=0,
+    )
+    prune_batch_jobs: int = _opt(
+        500, "Jobs per 'store prune' transaction (the longest a writer waits on it).", min=1
+    )
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,98 @@ def sync_roles(ctx: click.Context) -> None:
         f"{roles} role(s) with more than their own jobs; "
         f"PrivateData=jobs {'on' if vis.private_jobs else 'off'}"
     )
+
+
+def _when(ts: float | None) -> str:
+    import time
+
+    if ts is None:
+        return "kept for ever"
+    return "before " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+@cli.command("prune")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.pass_context
+def prune(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Apply the [store] retention: delete old timelines and rendered reports (and whole old
+    jobs when summary_retention_days is set), a batch per short transaction.
+
+    Safe while the collector and gpueff run, and safe to repeat (the systemd timer
+    slurm-gpu-prune.timer runs it daily). Exit 0 when done, 6 on a store error (the batches
+    committed before it stay pruned)."""
+    from slurm_gpu.store import Store
+    from slurm_gpu.store.prune import RetentionPolicy
+    from slurm_gpu.store.prune import prune as run_prune
+
+    settings = settings_from(ctx)
+    s = settings.store
+    policy = RetentionPolicy(
+        timeline_days=s.timeline_retention_days,
+        summary_days=s.summary_retention_days,
+        batch_jobs=s.prune_batch_jobs,
+    )
+    with Store.open(settings.store_url, migrate=not dry_run) as store:
+        r = run_prune(store.engine, policy, dry_run=dry_run)
+    if as_json:
+        import dataclasses
+
+        click.echo(json.dumps(dataclasses.asdict(r), indent=2))
+        return
+    verb = "would" if dry_run else "did"
+    click.echo(f"timelines and reports: {_when(r.timeline_cutoff_s)}")
+    click.echo(f"whole jobs:            {_when(r.summary_cutoff_s)}")
+    if dry_run:
+        click.echo(
+            f"dry run: would remove the timelines of {r.timelines_pruned} job(s) and delete "
+            f"{r.jobs_deleted} job(s)"
+        )
+        return
+    click.echo(
+        f"{verb} remove the timelines of {r.timelines_pruned} job(s) ({r.timeline_rows} "
+        f"timeline and {r.report_rows} report rows) and delete {r.jobs_deleted} job(s), in "
+        f"{r.batches} batch(es), {r.seconds:.1f} s (longest batch {r.longest_batch_s * 1e3:.0f} ms)"
+    )
+
+
+def _epoch(text: str, name: str) -> float:
+    """A date (YYYY-MM-DD, UTC midnight) or a full ISO time, as seconds since the epoch."""
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a date (YYYY-MM-DD)", param_hint=name) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+@cli.command("export")
+@click.option("--since", required=True, help="First day (YYYY-MM-DD, UTC), by job end.")
+@click.option("--until", required=True, help="Day after the last (YYYY-MM-DD, UTC), exclusive.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True
+)
+@click.option(
+    "--what",
+    type=click.Choice(["jobs", "findings"]),
+    default="jobs",
+    show_default=True,
+    help="One row per job (its summary) or one row per finding.",
+)
+@click.option("--out", "out_path", required=True, help="Output file; '-' writes CSV to stdout.")
+@click.pass_context
+def export(ctx: click.Context, since: str, until: str, fmt: str, what: str, out_path: str) -> None:
+    """Export job summaries or findings of jobs that ended in [--since, --until), streaming
+    (memory stays flat). Columns: docs/store.md. Parquet needs pyarrow (slurm-gpu[export])."""
+    from slurm_gpu.store import Store
+    from slurm_gpu.store.export import export as run_export
+
+    start, end = _epoch(since, "--since"), _epoch(until, "--until")
+    settings = settings_from(ctx)
+    with Store.open(settings.store_url, migrate=False) as store:
+        r = run_export(store.engine, out_path, since_s=start, until_s=end, fmt=fmt, what=what)
+    if out_path != "-":
+        click.echo(f"{r.rows} {what} row(s) of {r.jobs} job(s) written to {r.path}", err=True)

@@ -7,6 +7,7 @@ renderers see only ``slurm_gpu.jobreport.model``. Pure: no I/O.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -212,6 +213,7 @@ def with_telemetry(
     findings: Sequence[FindingView] = (),
     recommendations: Sequence[RecommendationView] = (),
     notes: Sequence[str] = (),
+    timeline_note: str = "",
 ) -> JobReport:
     """The report with its GPU part filled in (final or live)."""
     from dataclasses import replace
@@ -237,6 +239,7 @@ def with_telemetry(
         findings=sort_findings(findings),
         recommendations=tuple(recommendations),
         notes=tuple(notes),
+        timeline_note=timeline_note,
     )
 
 
@@ -287,6 +290,19 @@ def telemetry_from_stored(
         findings=tuple(findings),
         recommendations=tuple(recs),
         notes=tuple(notes),
+        timeline_note=timeline_gone_note(getattr(stored, "timeline_pruned_s", None)),
+    )
+
+
+def timeline_gone_note(pruned_s: float | None) -> str:
+    """The report's line for a job whose timeline the store's retention deleted (``pruned_s``:
+    when, seconds since the epoch); empty while the timeline is kept."""
+    if pruned_s is None:
+        return ""
+    day = time.strftime("%Y-%m-%d", time.gmtime(pruned_s))
+    return (
+        f"Timeline deleted on {day} by the site's retention: no sparkline; "
+        "the numbers above and the findings are kept."
     )
 
 

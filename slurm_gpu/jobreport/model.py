@@ -99,6 +99,9 @@ class Telemetry:
     findings: tuple[FindingView, ...] = ()
     recommendations: tuple[RecommendationView, ...] = ()
     notes: tuple[str, ...] = ()
+    timeline_note: str = ""
+    """Why the GPUs have no sparkline although the job was sampled (retention removed the
+    timeline); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class JobReport:
     notes: tuple[str, ...] = field(default=())
     unused_max_duty_pct: float = UNUSED_MAX_DUTY_PCT
     """``[analysis] unused_max_duty_pct``: a GPU at or below this mean duty cycle was unused."""
+    timeline_note: str = ""
+    """One sentence when the store's retention removed the job's timeline; else empty."""
 
     # ------------------------------------------------------------------ derived numbers
 

@@ -7,13 +7,17 @@ SQLite store is read with the standard library: ``gpueff`` never imports SQLAlch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import StoreError
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.model import Telemetry
 from slurm_gpu.records import JobRecord
+
+#: The report draws only GPU utilization from a stored timeline (its sparklines): the store
+#: decodes that column alone (``slurm_gpu.store.codec.decode_timeline``).
+TIMELINES: Final = "utilization"
 
 
 def open_store_reader(url: str) -> Any:
@@ -133,9 +137,9 @@ class StoreAndSpoolReader:
             return
         store = self._open_store()
         if hasattr(store, "jobs_for_ids"):
-            self._keep(store.jobs_for_ids(todo, timelines=True))
+            self._keep(store.jobs_for_ids(todo, timelines=TIMELINES))
         else:  # SQLAlchemy store: the plain ids (opening it already overlapped the import)
-            found = (store.get_job(i, timelines=True) for i in todo if i.isdigit())
+            found = (store.get_job(i, timelines=TIMELINES) for i in todo if i.isdigit())
             self._keep([s for s in found if s is not None])
         self._read.update(todo)
 
@@ -166,7 +170,9 @@ class StoreAndSpoolReader:
         try:
             store = self._open_store()
             if hasattr(store, "user_jobs"):
-                self._keep(store.user_jobs(user, since_s, until_s, limit=limit, timelines=True))
+                self._keep(
+                    store.user_jobs(user, since_s, until_s, limit=limit, timelines=TIMELINES)
+                )
                 self._word_all()
         except Exception:  # read-ahead only: final() raises the error if it matters
             self._stored.clear()
@@ -180,7 +186,7 @@ class StoreAndSpoolReader:
         stored = self._stored.get(job.job_id)
         if stored is None:
             try:
-                stored = self._open_store().get_job(job.job_id, timelines=True)
+                stored = self._open_store().get_job(job.job_id, timelines=TIMELINES)
             except StoreError:
                 # A store closed to this user: their own job's GPU part from the file the
                 # collector wrote for them alone, else the store's error.

@@ -137,6 +137,7 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         findings=tel.findings,
         recommendations=tel.recommendations,
         notes=tel.notes,
+        timeline_note=tel.timeline_note,
     )
 
 

@@ -128,7 +128,8 @@ def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     top = _U32_NONE - 1
     t_ms = array("q", [round((p.t_s - t0) * 1000) for p in points])
     width_ms = array("I", _q_col([p.width_s for p in points], 1000, _U32_NONE, top))
-    samples = array("I", [max(0, p.samples) for p in points])
+    counts = [p.samples for p in points]
+    samples = array("I", counts if not counts or min(counts) >= 0 else [max(0, c) for c in counts])
     cpu = array("I", _q_col([p.host_cpu_cores for p in points], 100, _U32_NONE, top))
     rss = array("I", _mib_col([p.host_rss_max_bytes for p in points]))
     parts = [struct.pack("<IId", n, gpu_count, t0), _le(t_ms), _le(width_ms), _le(samples)]
@@ -143,8 +144,24 @@ def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     return bytes([_VERSION]) + zlib.compress(b"".join(parts), _TIMELINE_ZLIB_LEVEL)
 
 
-def decode_timeline(blob: bytes) -> tuple[TimelinePoint, ...]:
-    """Inverse of ``encode_timeline``, at the quantised precision."""
+def _scaled(values: array[int], none: int, factor: int, *, divide: int = 0) -> list[Any]:
+    """``values`` times ``factor`` (divided by ``divide`` when given, for the same floats as
+    ``v / divide``), ``none`` as ``None``."""
+    if none in values:
+        if divide:
+            return [None if v == none else v / divide for v in values]
+        return [None if v == none else v * factor for v in values]
+    if divide:
+        return [v / divide for v in values]
+    return [v * factor for v in values]
+
+
+def decode_timeline(blob: bytes, *, utilization_only: bool = False) -> tuple[TimelinePoint, ...]:
+    """Inverse of ``encode_timeline``, at the quantised precision.
+
+    ``utilization_only``: the points carry their times, sample counts and GPU utilization
+    only; memory, power, CPU and RSS are ``None`` (what a report's sparklines need, at about
+    half the cost)."""
     raw = _check_version(blob, "timeline")
     n, gpu_count, t0 = struct.unpack_from("<IId", raw)
     off = 16
@@ -160,17 +177,28 @@ def decode_timeline(blob: bytes) -> tuple[TimelinePoint, ...]:
     gpus = [(take("H"), take("I"), take("I")) for _ in range(gpu_count)]
     # Column by column in comprehensions, then the points built in C loops: a one-hour
     # timeline (360 points) is decoded for every report gpueff or the collector renders.
-    utils = [[None if v == _U16_NONE else v / 100 for v in u] for u, _, _ in gpus]
-    mems = [[None if v == _U32_NONE else v * _MIB for v in m] for _, m, _ in gpus]
-    powers = [[None if v == _U32_NONE else v / 10 for v in p] for _, _, p in gpus]
+    # A column without "not reported" (the common case) skips the per-value test; the
+    # membership test runs in C.
+    utils = [_scaled(u, _U16_NONE, 1, divide=100) for u, _, _ in gpus]
+    times = [t0 + t / 1000 for t in t_ms]
+    widths = [w / 1000 for w in width_ms]
+    per_gpu_utils = list(zip(*utils, strict=True)) if gpu_count else [()] * n
+    if utilization_only:
+        nones: list[Any] = [(None,) * gpu_count] * n
+        return build_points(
+            (times, widths, list(samples), per_gpu_utils, nones, nones, [None] * n, [None] * n),
+            n,
+        )
+    mems = [_scaled(m, _U32_NONE, _MIB) for _, m, _ in gpus]
+    powers = [_scaled(p, _U32_NONE, 1, divide=10) for _, _, p in gpus]
     columns = (
-        [t0 + t / 1000 for t in t_ms],
-        [w / 1000 for w in width_ms],
+        times,
+        widths,
         list(samples),
-        list(zip(*utils, strict=True)) if gpu_count else [()] * n,
+        per_gpu_utils,
         list(zip(*mems, strict=True)) if gpu_count else [()] * n,
         list(zip(*powers, strict=True)) if gpu_count else [()] * n,
-        [None if c == _U32_NONE else c / 100 for c in cpu],
-        [None if r == _U32_NONE else r * _MIB for r in rss],
+        _scaled(cpu, _U32_NONE, 1, divide=100),
+        _scaled(rss, _U32_NONE, _MIB),
     )
     return build_points(columns, n)

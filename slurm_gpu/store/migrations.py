@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, func, inspect, select, text
+from sqlalchemy import Connection, Engine, Index, MetaData, Table, func, inspect, select, text
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store import schema
@@ -33,12 +33,33 @@ class Migration:
     apply: Callable[[Connection], None]
 
 
+def _v1_tables() -> list[Table]:
+    """The version-1 tables: today's declarations without the columns (and the indexes on
+    them) that later migrations add, in a metadata of their own."""
+    frozen = MetaData()
+    out = []
+    for table in schema.metadata.sorted_tables:
+        if table.name not in schema.V1_TABLES:
+            continue
+        later = set(schema.LATER_COLUMNS.get(table.name, ()))
+        if not later:
+            out.append(table.to_metadata(frozen))
+            continue
+        copy = Table(table.name, frozen, *(c._copy() for c in table.columns if c.name not in later))
+        for index in table.indexes:
+            names = [c.name for c in index.columns]
+            if not later & set(names):
+                Index(index.name, *(copy.c[n] for n in names), unique=index.unique)
+        out.append(copy)
+    return out
+
+
 def _m1_create_tables(conn: Connection) -> None:
-    # Only the version-1 tables: a fresh store passes through every later step too. Their
-    # indexes are created as declared now, so a later migration that adds an index to them
-    # creates it only where it is missing (``checkfirst``).
-    tables = [t for t in schema.metadata.sorted_tables if t.name in schema.V1_TABLES]
-    schema.metadata.create_all(conn, tables=tables)
+    # Only the version-1 tables and columns: a fresh store passes through every later step
+    # too. Their indexes are created as declared now, so a later migration that adds an index
+    # to them creates it only where it is missing (``checkfirst``).
+    tables = _v1_tables()
+    tables[0].metadata.create_all(conn, tables=tables)
 
 
 def _m2_job_reports(conn: Connection) -> None:
@@ -72,6 +93,14 @@ def _m5_row_security(conn: Connection) -> None:
     enable_row_security(conn)
 
 
+def _m6_timeline_pruned(conn: Connection) -> None:
+    # A nullable column without a default: on SQLite and PostgreSQL an instant change of the
+    # table's definition, whatever its size. Only where it is missing, as in migration 4.
+    if "timeline_pruned_s" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN timeline_pruned_s FLOAT"))
+    schema.ix_jobs_pruned_end.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -86,6 +115,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         5,
         "PostgreSQL: row-level security (each role reads the jobs Slurm shows it)",
         _m5_row_security,
+    ),
+    Migration(
+        6,
+        "add jobs.timeline_pruned_s and its index (retention: which jobs' timelines are gone)",
+        _m6_timeline_pruned,
     ),
 )
 

@@ -64,6 +64,9 @@ class StoredJob:
     gpu_hours: float | None
     """Allocated GPUs times elapsed hours; ``None`` without GPUs."""
     collected_at_s: float
+    timeline_pruned_s: float | None = None
+    """When the store's retention removed the job's timelines and rendered report (seconds
+    since the epoch); ``None`` while they are kept (``slurm_gpu.store.prune``)."""
 
     @property
     def gpus(self) -> tuple[tuple[str, GpuSummary], ...]:
@@ -258,12 +261,17 @@ def stored_job(
     gpu_rows: list[Any],
     finding_rows: list[Any],
     tl_rows: list[Any],
+    *,
+    utilization_only: bool = False,
 ) -> StoredJob:
-    """One ``StoredJob`` from its ``jobs`` row and its child rows (each in stored order)."""
+    """One ``StoredJob`` from its ``jobs`` row and its child rows (each in stored order);
+    ``utilization_only``: timelines with GPU utilization alone (``codec.decode_timeline``)."""
     gpus_by_host: dict[str, list[GpuSummary]] = {}
     for g in gpu_rows:
         gpus_by_host.setdefault(g.host, []).append(gpu_from(g))
-    tl_by_host = {t.host: codec.decode_timeline(t.data) for t in tl_rows}
+    tl_by_host = {
+        t.host: codec.decode_timeline(t.data, utilization_only=utilization_only) for t in tl_rows
+    }
     nodes = tuple(
         NodeRecord(
             job_id=r.job_id,
@@ -305,4 +313,6 @@ def stored_job(
         analysis_version=r.analysis_version,
         gpu_hours=r.gpu_hours,
         collected_at_s=r.collected_at_s,
+        # Absent from a row of a store before schema version 4 (a reader of an old store).
+        timeline_pruned_s=getattr(r, "timeline_pruned_s", None),
     )

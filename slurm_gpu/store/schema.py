@@ -111,6 +111,9 @@ jobs = Table(
     Column("gpu_hours", Float),
     Column("analysis_version", String(64)),
     Column("collected_at_s", Float, nullable=False),
+    # Since schema version 6: when ``slurm-gpu store prune`` removed the job's timelines and
+    # rendered report (seconds since the epoch); NULL while they are kept.
+    Column("timeline_pruned_s", Float),
 )
 Index("ix_jobs_end_s", jobs.c.end_s)
 Index("ix_jobs_user_end", jobs.c.user, jobs.c.end_s)
@@ -120,6 +123,9 @@ Index("ix_jobs_array", jobs.c.array_job_id)
 # Since schema version 3: with it, the lookup of a typed id (job, array or het id) is three
 # index searches instead of a scan of every job.
 ix_jobs_het = Index("ix_jobs_het", jobs.c.het_job_id)
+# Since schema version 6: the prune's next batch (not yet pruned, oldest end first) is an index
+# range, however many jobs earlier runs already pruned.
+ix_jobs_pruned_end = Index("ix_jobs_pruned_end", jobs.c.timeline_pruned_s, jobs.c.end_s)
 
 job_hosts = Table(
     "job_hosts",
@@ -266,6 +272,10 @@ Index("ix_job_reports_typed", job_reports.c.typed_id)
 
 #: The tables migration 1 created (schema version 1).
 V1_TABLES = ("jobs", "job_hosts", "job_gpus", "timelines", "findings")
+
+#: Columns added to a table after migration 1 (by the migration that added them), which
+#: migration 1 leaves out so that a fresh store passes through every step.
+LATER_COLUMNS = {"jobs": ("timeline_pruned_s",)}
 
 #: Child tables first: the order in which a job's rows are deleted.
 JOB_CHILD_TABLES = (job_reports, findings, timelines, job_gpus, job_hosts)

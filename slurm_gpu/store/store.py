@@ -594,7 +594,7 @@ class Store:
             raise _store_error(self.url, exc) from None
         return found
 
-    def get_job(self, job_id: str, *, timelines: bool = False) -> StoredJob | None:
+    def get_job(self, job_id: str, *, timelines: bool | str = False) -> StoredJob | None:
         """The stored job, or ``None`` when it is not in the store."""
         jobs = self._load(schema.jobs.c.job_id == job_id, timelines=timelines)
         return jobs[0] if jobs else None
@@ -641,7 +641,7 @@ class Store:
         with self.engine.connect() as conn:
             return sorted(conn.execute(select(schema.jobs.c.job_id)).scalars())
 
-    def _load(self, cond: Any, *, timelines: bool) -> list[StoredJob]:
+    def _load(self, cond: Any, *, timelines: bool | str) -> list[StoredJob]:
         j = schema.jobs
         ids_sel = select(j.c.job_id).where(cond)
         try:
@@ -692,6 +692,8 @@ class Store:
                 gpus.get(r.job_id, []),
                 findings.get(r.job_id, []),
                 tls.get(r.job_id, []),
+                # "utilization": GPU utilization alone, as ``SqliteReader``.
+                utilization_only=timelines == "utilization",
             )
             for r in job_rows
         ]

@@ -302,6 +302,12 @@ def test_rendered_reports_are_written_replaced_and_dropped_with_their_job(
         assert sorted(store.jobs_needing_reports("k1")) == ["1", "3"]
 
 
+def _undo_migration_4(conn: sa.Connection) -> None:
+    """Back to a version-3 store: no ``jobs.timeline_pruned_s`` nor its index."""
+    schema.ix_jobs_pruned_end.drop(conn)
+    conn.execute(sa.text("ALTER TABLE jobs DROP COLUMN timeline_pruned_s"))
+
+
 def test_a_version_1_store_migrates_to_the_report_table_and_keeps_its_jobs(
     store_url: str,
 ) -> None:
@@ -310,6 +316,7 @@ def test_a_version_1_store_migrates_to_the_report_table_and_keeps_its_jobs(
         # Back to what a version-1 store holds: no report table, version 1.
         with migrations.write_transaction(store.engine) as conn:
             schema.job_reports.drop(conn)
+            _undo_migration_4(conn)
             conn.execute(
                 sa.delete(schema.schema_version).where(schema.schema_version.c.version > 1)
             )
@@ -319,7 +326,7 @@ def test_a_version_1_store_migrates_to_the_report_table_and_keeps_its_jobs(
         assert store.job_ids() == ["7"]
         assert store.jobs_needing_reports("k") == ["7"]
         with store.engine.connect() as conn:
-            assert migrations.current_version(conn) == migrations.LATEST_VERSION == 5
+            assert migrations.current_version(conn) == migrations.LATEST_VERSION == 6
 
 
 def test_a_version_2_store_gets_the_het_index_and_typed_id_lookups_use_indexes(
@@ -327,6 +334,7 @@ def test_a_version_2_store_gets_the_het_index_and_typed_id_lookups_use_indexes(
 ) -> None:
     with Store.open(store_url) as store, migrations.write_transaction(store.engine) as conn:
         schema.ix_jobs_het.drop(conn)
+        _undo_migration_4(conn)
         conn.execute(sa.delete(schema.schema_version).where(schema.schema_version.c.version > 2))
     with Store.open(store_url) as store:
         indexed = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("jobs")}

@@ -1,0 +1,100 @@
+"""The collector's report step answers a whole batch from one read of the store and renders
+the plain text by removing the colour from the coloured one: both must give exactly what
+one ``jobs_for_ids`` per job and a second, plain rendering give."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gpueff_factory as F
+import pytest
+from test_gpueff_owner import _settings, _store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from slurm_gpu.jobreport import adapter, output, service
+from slurm_gpu.jobreport.prerender import _BatchReader, strip_sgr
+from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+from slurm_gpu.jobreport.terminal import TerminalRenderer
+from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
+
+TYPED = ["1001", "2003", "2003_1", "2003_2", "2003_[1-2]", "4000+0", "4000+1", "4000", "5000"]
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    _store(
+        tmp_path,
+        F.job(),
+        # An array whose id is also a stored plain job's id, and its two tasks.
+        F.job(job_id="2003", job_id_display="2003", job_name="same-id"),
+        F.job(job_id="2004", job_id_display="2003_1", array_job_id="2003", array_task_id="1"),
+        F.job(job_id="2005", job_id_display="2003_2", array_job_id="2003", array_task_id="2"),
+        # A heterogeneous job's two components.
+        F.job(job_id="4000", job_id_display="4000+0", het_job_id="4000", het_job_offset=0),
+        F.job(job_id="4001", job_id_display="4000+1", het_job_id="4000", het_job_offset=1),
+    )
+    return tmp_path
+
+
+def _ids(jobs: list) -> list[str]:  # type: ignore[type-arg]
+    return [s.job.job_id for s in jobs]
+
+
+def test_the_batch_reader_answers_each_typed_id_as_the_reader_does(state: Path) -> None:
+    path = sqlite_path(_settings(state).store_url)
+    assert path is not None
+    with SqliteReader.open(path) as sq:
+        batch = _BatchReader(sq, TYPED)
+        for typed in TYPED:
+            assert _ids(batch.jobs_for_ids([typed], timelines="utilization")) == _ids(
+                sq.jobs_for_ids([typed], timelines="utilization")
+            ), typed
+            got = batch.jobs_for_ids([typed], timelines="utilization")
+            want = sq.jobs_for_ids([typed], timelines="utilization")
+            assert got == want, typed
+
+
+def test_the_plain_report_is_the_coloured_one_without_its_colour(state: Path) -> None:
+    settings = _settings(state)
+    plain_r, colour_r = TerminalRenderer(colour=False), TerminalRenderer(colour=True)
+    wording = adapter.findings_wording("")
+    for typed in ("1001", "2003_1", "4000+1"):
+        job = next(j for j in _jobs(state) if j.job_id_display == typed)
+        reader = StoreAndSpoolReader(settings, wording=wording)
+        pending = service.start_lookup([typed], service.NoAccounting(), reader, caller_uid=job.uid)
+        found = pending.finish(min_elapsed_s=30)
+        colour = output.render_groups(colour_r, found.groups)
+        assert "\x1b[" in colour
+        assert strip_sgr(colour) == output.render_groups(plain_r, found.groups), typed
+
+
+def _jobs(state: Path) -> list:  # type: ignore[type-arg]
+    path = sqlite_path(_settings(state).store_url)
+    assert path is not None
+    with SqliteReader.open(path) as sq:
+        return [s.job for s in sq.jobs_for_ids(["1001", "2003", "4000"])]
+
+
+def test_a_utilization_only_timeline_has_the_same_times_and_utilization() -> None:
+    import dataclasses
+
+    from store_fixtures import make_node
+
+    from slurm_gpu.store import codec
+
+    node = make_node("1", gpus=3)
+    blob = codec.encode_timeline(node.timeline, 3)
+    full = codec.decode_timeline(blob)
+    light = codec.decode_timeline(blob, utilization_only=True)
+    assert light == tuple(
+        dataclasses.replace(
+            p,
+            gpu_memory_used_max_bytes=(None,) * 3,
+            gpu_power_w=(None,) * 3,
+            host_cpu_cores=None,
+            host_rss_max_bytes=None,
+        )
+        for p in full
+    )
