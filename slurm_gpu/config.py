@@ -444,6 +444,36 @@ class ReportSettings:
 
 
 @dataclass(frozen=True)
+class LiveSettings:
+    """Running jobs: the node exporter and ``slurm-gpu live`` (``docs/live.md``)."""
+
+    exporter_address: str = _opt(
+        "127.0.0.1",
+        "Address slurm-gpu exporter listens on; the node's management address for a "
+        "Prometheus on another host.",
+    )
+    exporter_port: int = _opt(9817, "Port slurm-gpu exporter listens on.", min=1, max=65535)
+    stale_after_s: float = _opt(
+        180.0,
+        "A live summary whose last reading is older than this is left out, seconds.",
+        min=10,
+    )
+    prometheus_url: str = _opt(
+        "",
+        "Prometheus' base URL (http://host:9090) that slurm-gpu live asks; empty: read this "
+        "node's live files instead.",
+    )
+    prometheus_timeout_s: float = _opt(
+        10.0, "Timeout of one Prometheus query, seconds.", min=1, max=300
+    )
+    idle_min_s: float = _opt(
+        900.0,
+        "A GPU idle for at least this long is listed as idle by slurm-gpu live, seconds.",
+        min=0,
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
 
@@ -457,6 +487,7 @@ class Settings:
     gpueff: GpueffSettings = field(default_factory=GpueffSettings)
     mail: MailSettings = field(default_factory=MailSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
+    live: LiveSettings = field(default_factory=LiveSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""
