@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "slurm_gpu.cli.doctor_cmd",
     "exporter": "slurm_gpu.cli.exporter_cmd",
     "live": "slurm_gpu.cli.live_cmd",
+    "police": "slurm_gpu.cli.police_cmd",
 }
 
 

@@ -49,10 +49,17 @@ def _m3_het_index(conn: Connection) -> None:
     schema.ix_jobs_het.create(conn, checkfirst=True)
 
 
+def _m4_live_actions(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.live_actions])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
     Migration(3, "index jobs.het_job_id (typed-id lookups without a table scan)", _m3_het_index),
+    Migration(
+        4, "create live_actions (the live policy's warnings and cancellations)", _m4_live_actions
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
