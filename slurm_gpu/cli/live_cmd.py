@@ -39,8 +39,15 @@ def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> No
         jobs = live_jobs(client)
         source = f"Prometheus {client.base_url}"
     else:
-        jobs = list(read_node(settings.paths.spool_dir, now, float("inf")).jobs)
+        snapshot = read_node(settings.paths.spool_dir, now, float("inf"))
+        jobs = list(snapshot.jobs)
         source = "this node's live files"
+        if snapshot.unreadable:
+            click.echo(
+                f"slurm-gpu live: {snapshot.unreadable} live summaries could not be read",
+                err=True,
+            )
+            click.echo("hint: they are readable by their job's user alone; run as root", err=True)
     rows = build_rows(jobs, now, idle_min_s=live.idle_min_s, stale_after_s=live.stale_after_s)[
         :limit
     ]

@@ -309,3 +309,16 @@ def test_the_recording_rules_sum_wasted_gpus_per_job(
     ages = client.query("slurm_gpu_job:sample_age:max_seconds")
     assert {s.labels["job_id"] for s in ages} == {"20", "21"}
     assert os.path.isdir(_tmp / "data")
+
+
+def test_live_cli_says_when_summaries_could_not_be_read(tmp_path: Path) -> None:
+    clock = Clock(time.time() - 300.0)
+    sampler = sampler_for(tmp_path / "spool", "10", {"GPU-a": 0.0}, clock)
+    run_for(sampler, clock, 3)
+    (Path(sampler.paths.live_job_dir) / "n2.json").write_bytes(b"not json")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[paths]\nspool_dir = "{tmp_path}/spool"\n')
+    result = CliRunner().invoke(cli, ["--config", str(cfg), "live", "--json"])
+    assert result.exit_code == 0
+    assert [r["job_id"] for r in json.loads(result.stdout)] == ["10"]
+    assert "1 live summaries could not be read" in result.stderr
