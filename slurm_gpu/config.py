@@ -491,6 +491,82 @@ class ReportSettings:
 
 
 @dataclass(frozen=True)
+class LiveSettings:
+    """Running jobs: the node exporter and ``slurm-gpu live`` (``docs/live.md``)."""
+
+    exporter_address: str = _opt(
+        "127.0.0.1",
+        "Address slurm-gpu exporter listens on; the node's management address for a "
+        "Prometheus on another host.",
+    )
+    exporter_port: int = _opt(9817, "Port slurm-gpu exporter listens on.", min=1, max=65535)
+    stale_after_s: float = _opt(
+        180.0,
+        "A live summary whose last reading is older than this is left out, seconds.",
+        min=10,
+    )
+    prometheus_url: str = _opt(
+        "",
+        "Prometheus' base URL (http://host:9090) that slurm-gpu live asks; empty: read this "
+        "node's live files instead.",
+    )
+    prometheus_timeout_s: float = _opt(
+        10.0, "Timeout of one Prometheus query, seconds.", min=1, max=300
+    )
+    idle_min_s: float = _opt(
+        900.0,
+        "A GPU idle for at least this long is listed as idle by slurm-gpu live, seconds.",
+        min=0,
+    )
+    police_grace_s: float = _opt(
+        1800.0, "slurm-gpu police leaves a job alone this long after it starts, seconds.", min=0
+    )
+    police_idle_s: float = _opt(
+        3600.0,
+        "slurm-gpu police warns when a GPU is idle (or never used) this long, seconds.",
+        min=60,
+    )
+    police_max_sample_age_s: float = _opt(
+        120.0,
+        "slurm-gpu police judges a job only if every node's last reading is this recent, seconds.",
+        min=10,
+    )
+    police_coverage_min: float = _opt(
+        0.9,
+        "slurm-gpu police judges a GPU only if readings cover this share of its job's time.",
+        min=0.5,
+        max=1.0,
+    )
+    police_user_interval_s: float = _opt(
+        3600.0, "At most one warning per user within this many seconds (others wait).", min=0
+    )
+    police_admin_emails: tuple[str, ...] = _opt(
+        [], "Addresses that get the digest of each pass that warned or cancelled."
+    )
+    police_dry_run: bool = _opt(
+        False, "Record what slurm-gpu police would do (would_warn, would_cancel); act on nothing."
+    )
+    police_cancel: bool = _opt(False, "Let slurm-gpu police cancel jobs (off: warnings only).")
+    police_cancel_after_warnings: int = _opt(
+        2, "Warnings a job gets before it may be cancelled.", min=1, max=100
+    )
+    police_cancel_grace_s: float = _opt(
+        1800.0, "Seconds after the last warning before a cancellation.", min=0
+    )
+    police_max_cancels_per_pass: int = _opt(
+        5, "Most jobs one pass of slurm-gpu police cancels.", min=0, max=10000
+    )
+    police_exempt_users: tuple[str, ...] = _opt([], "Users whose jobs are warned, never cancelled.")
+    police_exempt_accounts: tuple[str, ...] = _opt(
+        [], "Accounts whose jobs are warned, never cancelled."
+    )
+    police_exempt_partitions: tuple[str, ...] = _opt(
+        [], "Partitions whose jobs are warned, never cancelled."
+    )
+    police_exempt_qos: tuple[str, ...] = _opt([], "QOS whose jobs are warned, never cancelled.")
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
 
@@ -504,6 +580,7 @@ class Settings:
     gpueff: GpueffSettings = field(default_factory=GpueffSettings)
     mail: MailSettings = field(default_factory=MailSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
+    live: LiveSettings = field(default_factory=LiveSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""

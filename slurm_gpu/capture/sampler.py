@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +46,11 @@ log = logging.getLogger("slurm_gpu.sampler")
 LIVE_INTERVAL_S = 10.0
 #: Seconds between two attempts to open a telemetry source that was unavailable.
 REOPEN_INTERVAL_S = 60.0
+#: Window of the live summary's recent duty cycle, seconds (the exporter's and ``slurm-gpu
+#: live``'s "now" without Prometheus; Prometheus computes any window from the counters).
+RECENT_WINDOW_S = 300.0
+#: Most readings kept per GPU for the recent window (bounds memory at short intervals).
+RECENT_MAX_READINGS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,50 @@ class SamplerOptions:
     idle_threshold_pct: float
     timeline_points: int
     cores: int | None = None
+    user: str | None = None
+    """The job's user name (``SLURM_JOB_USER``), for the live view's labels."""
+    account: str | None = None
+    """The job's account (``SLURM_JOB_ACCOUNT``), for the live view's labels."""
+    partition: str | None = None
+    """The job's partition (``SLURM_JOB_PARTITION``), for the live view's labels."""
+
+
+class _LiveGpu:
+    """What the live summary needs of one GPU beyond the aggregates, in O(1) per reading
+    and bounded memory: busy and sampled seconds (counters), since when it is idle, and the
+    readings of the recent window."""
+
+    __slots__ = ("busy_s", "idle_since_s", "recent", "recent_sum", "sampled_s")
+
+    def __init__(self, max_readings: int) -> None:
+        self.busy_s = 0.0
+        """Seconds of kernel activity: the sum of duty cycle x interval, seconds."""
+        self.sampled_s = 0.0
+        """Seconds covered by readings that had a duty cycle, seconds."""
+        self.idle_since_s: float | None = None
+        """Start of the current idle run (unix seconds); ``None`` while busy or unknown."""
+        self.recent: deque[tuple[float, float]] = deque(maxlen=max_readings)
+        self.recent_sum = 0.0
+
+    def add(self, now: float, util_pct: float | None, dt_s: float, idle_pct: float) -> None:
+        if util_pct is None:
+            return
+        self.busy_s += util_pct / 100.0 * dt_s
+        self.sampled_s += dt_s
+        if util_pct < idle_pct:
+            if self.idle_since_s is None:
+                self.idle_since_s = now
+        else:
+            self.idle_since_s = None
+        if len(self.recent) == self.recent.maxlen:
+            self.recent_sum -= self.recent[0][1]
+        self.recent.append((now, util_pct))
+        self.recent_sum += util_pct
+        while self.recent and self.recent[0][0] < now - RECENT_WINDOW_S:
+            self.recent_sum -= self.recent.popleft()[1]
+
+    def recent_pct(self) -> float | None:
+        return self.recent_sum / len(self.recent) if self.recent else None
 
 
 SourceFactory = Callable[[], TelemetrySource]
@@ -109,6 +159,9 @@ class Sampler:
         # once (a name service may be slow); none when not root (nothing to grant).
         self._live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
         self.agg = self._make_aggregator()
+        max_recent = min(RECENT_MAX_READINGS, int(RECENT_WINDOW_S / opts.interval_s) + 2)
+        self._live_gpus = [_LiveGpu(max_recent) for _ in opts.gpu_uuids]
+        self._prev_reading_s: float | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -213,6 +266,13 @@ class Sampler:
                 self._note(f"gpu_lost:{s.uuid}")
         self.agg.add(now, gpus, host)
         self._last_gpus, self._last_host = gpus, host
+        # A reading stands for the time since the previous one, at most two intervals (a
+        # suspended sampler must not credit the gap to whatever it read last).
+        prev, self._prev_reading_s = self._prev_reading_s, now
+        dt = self.opts.interval_s if prev is None else min(now - prev, 2 * self.opts.interval_s)
+        for live, s in zip(self._live_gpus, gpus, strict=False):
+            util = s.utilization_pct if s.available else None
+            live.add(now, util, max(dt, 0.0), self.opts.idle_threshold_pct)
         if self._writer is not None:
             try:
                 self._writer.append(now, gpus, host)
@@ -240,16 +300,30 @@ class Sampler:
         if not self._spool_ok:
             return
         gpus = []
-        for acc, s in zip(self.agg.gpus, self._last_gpus, strict=False):
+        for acc, s, live in zip(self.agg.gpus, self._last_gpus, self._live_gpus, strict=False):
             dist = acc.utilization
             n = sum(dist.counts)
+            energy_j: float | None = None
+            if acc.energy_counter_ok and acc.energy_first_mj is not None:
+                energy_j = ((acc.energy_last_mj or acc.energy_first_mj) - acc.energy_first_mj) / 1e3
+            elif acc.power_integral_j:
+                energy_j = acc.power_integral_j
             gpus.append(
                 {
                     "uuid": acc.info.uuid,
+                    "available": s.available,
                     "utilization_pct": s.utilization_pct,
                     "memory_used_bytes": s.memory_used_bytes,
                     "memory_total_bytes": s.memory_total_bytes or acc.info.memory_total_bytes,
                     "utilization_mean_pct": dist.total / n if n else None,
+                    "utilization_recent_pct": live.recent_pct(),
+                    "recent_window_s": RECENT_WINDOW_S,
+                    "busy_s": live.busy_s,
+                    "sampled_s": live.sampled_s,
+                    "idle_since_s": live.idle_since_s,
+                    "active_first_s": acc.active_first_time_s,
+                    "power_w": s.power_w,
+                    "energy_j": energy_j,
                     "idle_samples": acc.idle_samples,
                     "samples": acc.samples,
                     "memory_used_max_bytes": acc.memory_used_max_bytes,
@@ -260,6 +334,10 @@ class Sampler:
         summary = {
             "job_id": self.opts.job_id,
             "hostname": self.opts.hostname,
+            "uid": self.opts.uid,
+            "user": self.opts.user,
+            "account": self.opts.account,
+            "partition": self.opts.partition,
             "started_s": self.started_s,
             "updated_s": self.agg.last_time_s,
             "interval_s": self.opts.interval_s,
@@ -269,6 +347,7 @@ class Sampler:
             else {
                 "cpu_time_s": self.agg.host.summary().cpu_time_s,
                 "rss_bytes": h.rss_bytes,
+                "allocated_cores": self.agg.host.allocated_cores,
                 "method": h.method,
             },
         }

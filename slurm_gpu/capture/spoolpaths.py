@@ -31,7 +31,7 @@ LIVE_GROUP_MODE = 0o440
 #: ``LIVE_JOB_DIR_GROUP_MODE`` with the private group, else ``JOB_DIR_MODE``.
 LIVE_ROOT_MODE = 0o711
 LIVE_JOB_DIR_GROUP_MODE = 0o750
-#: Largest live summary written or read, bytes (a 16-GPU summary is about 5 KB).
+#: Largest live summary written or read, bytes (a 16-GPU summary is about 7 KB).
 LIVE_MAX_BYTES = 64 * 1024
 #: What follows the spool directory's name to name the live directory beside it.
 LIVE_DIR_SUFFIX = "-live"

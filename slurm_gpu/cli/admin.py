@@ -29,6 +29,9 @@ COMMANDS: dict[str, str] = {
     "mail": "slurm_gpu.cli.mail_cmd",
     "report": "slurm_gpu.cli.report_cmd",
     "doctor": "slurm_gpu.cli.doctor_cmd",
+    "exporter": "slurm_gpu.cli.exporter_cmd",
+    "live": "slurm_gpu.cli.live_cmd",
+    "police": "slurm_gpu.cli.police_cmd",
 }
 
 

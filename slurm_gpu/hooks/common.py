@@ -79,6 +79,10 @@ class JobEnv:
     cpus_on_node: int | None
     node_name: str | None = None
     """``SLURMD_NODENAME``: the node's name in Slurm, which the spool files are named after."""
+    account: str | None = None
+    """``SLURM_JOB_ACCOUNT``: the job's account (live view labels)."""
+    partition: str | None = None
+    """``SLURM_JOB_PARTITION``: the job's partition (live view labels)."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
@@ -98,6 +102,8 @@ class JobEnv:
             cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
             cpus_on_node=cpus,
             node_name=environ.get("SLURMD_NODENAME") or None,
+            account=environ.get("SLURM_JOB_ACCOUNT") or None,
+            partition=environ.get("SLURM_JOB_PARTITION") or None,
         )
 
     def spool_hostname(self) -> str:

@@ -103,6 +103,10 @@ def sampler_command(
         cmd += ["--uid", str(env.uid)]
     if env.cpus_on_node:
         cmd += ["--cores", str(env.cpus_on_node)]
+    # One argument each ("--opt=value"), so a value that begins with "-" stays a value.
+    for opt, value in (("user", env.user), ("account", env.account), ("partition", env.partition)):
+        if value:
+            cmd.append(f"--{opt}={value}")
     if settings.path:
         cmd += ["--config", settings.path]
     return cmd

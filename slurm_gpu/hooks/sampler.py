@@ -1,5 +1,6 @@
 """The sampler process: ``python -I -m slurm_gpu.hooks.sampler --job-id ID --gpus UUID,UUID
-[--uid N] [--cores N] [--config F]``, started by the prolog (or a systemd unit) as root.
+[--uid N] [--cores N] [--user=U] [--account=A] [--partition=P] [--config F]``, started by the
+prolog (or a systemd unit) as root.
 
 A composition root, like the prolog and the epilog: it reads the (trusted) configuration,
 chooses the telemetry source and the host sampler, and runs ``capture.sampler.Sampler``. No
@@ -23,6 +24,8 @@ log = logging.getLogger("slurm_gpu.sampler")
 
 #: Marker in the command line that the epilog checks before signalling a pid.
 CMDLINE_MARKER = "slurm_gpu.hooks.sampler"
+#: Longest user, account or partition name kept for the live view, characters.
+LABEL_MAX_LEN = 128
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -35,6 +38,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--uid", type=int, default=None)
     p.add_argument("--cores", type=int, default=None, help="cores allocated on this node")
     p.add_argument("--config", default=None, help="configuration file")
+    p.add_argument("--user", default=None, help="the job's user name (live view)")
+    p.add_argument("--account", default=None, help="the job's account (live view)")
+    p.add_argument("--partition", default=None, help="the job's partition (live view)")
     p.add_argument("--hostname", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -49,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from slurm_gpu.capture.spool import check_job_id
     from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
     from slurm_gpu.hooks.common import setup_logging
+    from slurm_gpu.textsafe import clean_optional
 
     job_id = check_job_id(str(args.job_id))
     try:
@@ -70,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_threshold_pct=settings.telemetry.idle_threshold_pct,
         timeline_points=settings.telemetry.timeline_points,
         cores=args.cores,
+        # Slurm's names, cleaned where they enter: they become the live view's labels.
+        user=clean_optional(args.user, LABEL_MAX_LEN),
+        account=clean_optional(args.account, LABEL_MAX_LEN),
+        partition=clean_optional(args.partition, LABEL_MAX_LEN),
     )
 
     def factory() -> TelemetrySource:

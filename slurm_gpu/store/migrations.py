@@ -101,6 +101,13 @@ def _m6_timeline_pruned(conn: Connection) -> None:
     schema.ix_jobs_pruned_end.create(conn, checkfirst=True)
 
 
+def _m7_live_actions(conn: Connection) -> None:
+    from slurm_gpu.store.visibility import secure_live_actions
+
+    schema.metadata.create_all(conn, tables=[schema.live_actions])
+    secure_live_actions(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -120,6 +127,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         6,
         "add jobs.timeline_pruned_s and its index (retention: which jobs' timelines are gone)",
         _m6_timeline_pruned,
+    ),
+    Migration(
+        7, "create live_actions (the live policy's warnings and cancellations)", _m7_live_actions
     ),
 )
 

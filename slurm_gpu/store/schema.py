@@ -270,6 +270,27 @@ job_reports = Table(
 )
 Index("ix_job_reports_typed", job_reports.c.typed_id)
 
+live_actions = Table(
+    "live_actions",
+    metadata,
+    # Every action of the live policy (``slurm-gpu police``) on a running job: not keyed to
+    # ``jobs`` (the job is stored only after it ends). ``action`` is ``warned``, ``cancelled``,
+    # ``would_warn`` or ``would_cancel`` (dry run); ``rule`` ``never_used`` or ``idle``.
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32), nullable=False),
+    Column("rule", String(32), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("user", String(128), nullable=False),
+    Column("account", String(128), nullable=False),
+    Column("at_s", Float, nullable=False),
+    # GPUs the rule found idle, and their idle GPU-seconds at the time: what the action stops.
+    Column("gpus", Integer, nullable=False),
+    Column("idle_gpu_s", Float, nullable=False),
+    Column("detail", Text, nullable=False),
+)
+Index("ix_live_actions_job", live_actions.c.job_id)
+Index("ix_live_actions_user_at", live_actions.c.user, live_actions.c.at_s)
+
 #: The tables migration 1 created (schema version 1).
 V1_TABLES = ("jobs", "job_hosts", "job_gpus", "timelines", "findings")
 

@@ -34,6 +34,9 @@ from sqlalchemy import Connection, Engine, text
 #: The store's tables whose rows belong to a job, and what they are guarded by.
 JOB_TABLES = ("jobs", "job_hosts", "job_gpus", "timelines", "findings", "job_reports")
 
+#: Tables of per-job data that row-level security must cover (``doctor`` checks them all).
+SECURED_TABLES = (*JOB_TABLES, "live_actions")
+
 #: Slurm admin levels that see every job whatever ``PrivateData`` says.
 ADMIN_LEVELS = frozenset({"operator", "administrator"})
 
@@ -90,6 +93,21 @@ def enable_row_security(conn: Connection) -> None:
     run(_GRANT_SCHEMA)
 
 
+def secure_live_actions(conn: Connection) -> None:
+    """Migration 7 on PostgreSQL (nothing on SQLite): the live policy's actions are read under
+    the same rule as jobs, by their own user and account (the job may not be stored yet)."""
+    if conn.dialect.name != "postgresql":
+        return
+    run = conn.exec_driver_sql
+    run("ALTER TABLE live_actions ENABLE ROW LEVEL SECURITY")
+    run("DROP POLICY IF EXISTS live_actions_read ON live_actions")
+    run(
+        "CREATE POLICY live_actions_read ON live_actions FOR SELECT "
+        'USING (slurm_gpu_may_see("user", account))'
+    )
+    run("GRANT SELECT ON live_actions TO PUBLIC")
+
+
 def tables_without_rls(engine: Engine) -> list[str]:
     """The job tables of a PostgreSQL store (found by its search path) without row-level
     security enabled; ``[]`` for other databases."""
@@ -101,7 +119,7 @@ def tables_without_rls(engine: Engine) -> list[str]:
                 "SELECT t.name, c.relrowsecurity FROM unnest(CAST(:names AS text[])) "
                 "AS t(name) LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)"
             ),
-            {"names": list(JOB_TABLES)},
+            {"names": list(SECURED_TABLES)},
         ).all()
     return [name for name, secured in found if not secured]
 

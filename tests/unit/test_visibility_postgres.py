@@ -176,6 +176,29 @@ def test_a_store_whose_roles_were_never_synced_shows_users_only_their_own_jobs(
     assert _seen(cluster, "dave")["jobs"] == []
 
 
+def test_live_policy_actions_are_read_under_the_jobs_rule(cluster: Cluster) -> None:
+    # A warning on a running job (not stored yet): the owner and the account's coordinator see
+    # it, another user does not.
+    from slurm_gpu.store.liveactions import LiveAction, record_actions
+
+    role = {n: u.split("://", 1)[1].split(":", 1)[0] for n, u in cluster.users.items()}
+    engine = sa.create_engine(cluster.url)
+    try:
+        record_actions(
+            engine,
+            [LiveAction("201", "idle", "warned", role["alice"], "physics", 5.0, 1, 3600.0, "d")],
+        )
+    finally:
+        engine.dispose()
+    _sync(cluster, private=True, coords={"carol": ["physics"]})
+    sql = "SELECT job_id FROM live_actions"
+    assert cluster.read("alice", sql) == [("201",)]
+    assert cluster.read("carol", sql) == [("201",)]
+    assert cluster.read("bob", sql) == []
+    with pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
+        cluster.read("bob", "DELETE FROM live_actions")
+
+
 def test_without_private_data_every_role_reads_every_job(cluster: Cluster) -> None:
     _sync(cluster, private=False)
     assert _seen(cluster, "bob")["jobs"] == ["101", "102", "103"]

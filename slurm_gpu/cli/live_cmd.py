@@ -1,0 +1,57 @@
+"""``slurm-gpu live``: every running GPU job, worst first (``docs/live.md``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from slurm_gpu.cli.common import settings_from
+
+
+@click.command("live")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, in a list.")
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Read this node's live files even when live.prometheus_url is set.",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show the worst N jobs.")
+@click.pass_context
+def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> None:
+    """List every running GPU job, worst first by GPU-hours being wasted now.
+
+    From Prometheus' HTTP API when live.prometheus_url is set, else from this node's live
+    files (root: they are readable by each job's user alone). Exit 0; 3 on a bad
+    configuration; 7 when Prometheus is unreachable or answers no query result.
+    """
+    from slurm_gpu.live.snapshot import read_node
+    from slurm_gpu.live.view import build_rows, render_table
+
+    settings = settings_from(ctx)
+    live = settings.live
+    now = time.time()
+    if live.prometheus_url and not local:
+        from slurm_gpu.live.promclient import PrometheusClient, live_jobs
+
+        client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+        jobs = live_jobs(client)
+        source = f"Prometheus {client.base_url}"
+    else:
+        snapshot = read_node(settings.paths.spool_dir, now, float("inf"))
+        jobs = list(snapshot.jobs)
+        source = "this node's live files"
+        if snapshot.unreadable:
+            click.echo(
+                f"slurm-gpu live: {snapshot.unreadable} live summaries could not be read",
+                err=True,
+            )
+            click.echo("hint: they are readable by their job's user alone; run as root", err=True)
+    rows = build_rows(jobs, now, idle_min_s=live.idle_min_s, stale_after_s=live.stale_after_s)[
+        :limit
+    ]
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+    else:
+        click.echo(render_table(rows, now, source), nl=False)

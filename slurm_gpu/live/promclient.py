@@ -1,0 +1,237 @@
+"""A small client of Prometheus' HTTP API (instant queries), and the live jobs it holds.
+
+Only ``GET /api/v1/query`` is used, with the standard library's ``urllib``; the answer is
+read bounded (``MAX_RESPONSE_BYTES``) and checked field by field. Series become the same
+``LiveJob``/``LiveGpu`` records that the node's live files give (``live.snapshot``), so the
+live view does not care where its numbers came from; label values are cleaned where they
+enter, here, as the node files' strings are there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_gpu.errors import TelemetryUnavailableError
+from slurm_gpu.live.snapshot import LiveGpu, LiveJob
+from slurm_gpu.textsafe import clean_user_text
+
+#: Largest answer read from Prometheus, bytes (10,000 jobs x 8 GPUs of the view's series are
+#: about 60 MB).
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+#: The window of ``slurm_gpu_gpu:utilization:ratio_15m``, seconds.
+RECENT_WINDOW_S = 900.0
+_JOB_ID = re.compile(r"^[0-9]{1,20}$")
+
+#: The raw series the view needs, in one query.
+VIEW_SERIES = (
+    '{__name__=~"slurm_gpu_gpu_(busy_seconds_total|sampled_seconds_total|utilization_ratio'
+    "|idle_since_timestamp_seconds|first_active_timestamp_seconds|memory_used_bytes"
+    '|memory_total_bytes|power_watts)|slurm_gpu_job_(start|last_sample)_timestamp_seconds"}'
+)
+#: The 15-minute duty cycle: the recording rule, or its expression where the rule is missing.
+RECENT_RULE = "slurm_gpu_gpu:utilization:ratio_15m"
+RECENT_EXPR = (
+    "increase(slurm_gpu_gpu_busy_seconds_total[15m])"
+    " / (increase(slurm_gpu_gpu_sampled_seconds_total[15m]) > 0)"
+)
+
+
+class PrometheusUnavailableError(TelemetryUnavailableError):
+    """Prometheus did not answer, or answered something that is not a query result
+    (exit code 7, like other unavailable telemetry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One series of an instant vector: its labels and value."""
+
+    labels: dict[str, str]
+    value: float
+
+
+Fetch = Callable[[str, float], bytes]
+"""``fetch(url, timeout_s) -> body``: the HTTP seam (raises ``OSError`` or ``URLError``)."""
+
+
+def _urlopen_fetch(url: str, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        data: bytes = resp.read(MAX_RESPONSE_BYTES + 1)
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise PrometheusUnavailableError(
+            f"Prometheus answered more than {MAX_RESPONSE_BYTES} bytes",
+            hint="the live view's query matched far more series than running jobs have",
+        )
+    return data
+
+
+class PrometheusClient:
+    """Instant queries against ``base_url`` (``http://host:9090``)."""
+
+    def __init__(self, base_url: str, timeout_s: float, fetch: Fetch = _urlopen_fetch) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise PrometheusUnavailableError(
+                f"live.prometheus_url {base_url!r} is not an http(s) URL",
+                hint="set it to Prometheus' base URL, e.g. http://prometheus:9090",
+            )
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._fetch = fetch
+
+    def query(self, promql: str, at_s: float | None = None) -> list[Sample]:
+        """The instant vector of ``promql`` (now, or at ``at_s``); raises
+        ``PrometheusUnavailableError`` when Prometheus is unreachable or the answer is not
+        a vector."""
+        params = {"query": promql}
+        if at_s is not None:
+            params["time"] = repr(at_s)
+        url = f"{self.base_url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        try:
+            raw = self._fetch(url, self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            detail = _error_of(exc.read(65536)) if exc.fp is not None else ""
+            raise PrometheusUnavailableError(
+                f"Prometheus refused the query (HTTP {exc.code}){detail}",
+                hint=f"check {self.base_url}/-/ready and the recording rules",
+            ) from None
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.base_url} is unreachable ({reason})",
+                hint="check live.prometheus_url; empty reads this node's live files instead",
+            ) from None
+        return parse_vector(raw)
+
+
+def _error_of(body: bytes) -> str:
+    try:
+        err = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return ""
+    return f": {clean_user_text(err, 200)}" if isinstance(err, str) else ""
+
+
+def parse_vector(raw: bytes) -> list[Sample]:
+    """The samples of an instant-vector answer; ``PrometheusUnavailableError`` otherwise."""
+    try:
+        body = json.loads(raw)
+        if body.get("status") != "success" or body["data"]["resultType"] != "vector":
+            raise ValueError("not a successful vector result")
+        out = []
+        for item in body["data"]["result"]:
+            labels = item["metric"]
+            value = float(item["value"][1])
+            if not isinstance(labels, dict) or not math.isfinite(value):
+                continue
+            out.append(
+                Sample(
+                    {
+                        clean_user_text(str(k), 128): clean_user_text(str(v), 128)
+                        for k, v in labels.items()
+                    },
+                    value,
+                )
+            )
+        return out
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise PrometheusUnavailableError(
+            f"Prometheus' answer is not a query result ({exc})",
+            hint="is live.prometheus_url Prometheus' base URL (not its /graph page)?",
+        ) from None
+
+
+_GPU_FIELDS = {
+    "slurm_gpu_gpu_busy_seconds_total": "busy_s",
+    "slurm_gpu_gpu_sampled_seconds_total": "sampled_s",
+    "slurm_gpu_gpu_utilization_ratio": "utilization_pct",
+    "slurm_gpu_gpu_idle_since_timestamp_seconds": "idle_since_s",
+    "slurm_gpu_gpu_first_active_timestamp_seconds": "active_first_s",
+    "slurm_gpu_gpu_memory_used_bytes": "memory_used_bytes",
+    "slurm_gpu_gpu_memory_total_bytes": "memory_total_bytes",
+    "slurm_gpu_gpu_power_watts": "power_w",
+    RECENT_RULE: "utilization_recent_pct",
+}
+_RATIO_FIELDS = {"utilization_pct", "utilization_recent_pct"}
+_INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
+
+
+def live_jobs(client: PrometheusClient) -> list[LiveJob]:
+    """Every running job's GPUs as Prometheus holds them now, one ``LiveJob`` per job and
+    host. Series without a job id, host or GPU UUID are ignored."""
+    samples = client.query(VIEW_SERIES)
+    recent = client.query(RECENT_RULE)
+    if not recent and samples:
+        recent = client.query(RECENT_EXPR)  # the recording rules are not loaded
+    jobs: dict[tuple[str, str], dict[str, Any]] = {}
+    gpus: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for s in samples + [Sample({**r.labels, "__name__": RECENT_RULE}, r.value) for r in recent]:
+        name, job_id, host = (s.labels.get(k, "") for k in ("__name__", "job_id", "host"))
+        if not _JOB_ID.match(job_id) or not host:
+            continue
+        key = (job_id, host)
+        job = jobs.setdefault(key, {"labels": s.labels})
+        if name == "slurm_gpu_job_start_timestamp_seconds":
+            job["started_s"] = s.value
+        elif name == "slurm_gpu_job_last_sample_timestamp_seconds":
+            job["updated_s"] = s.value
+        elif name in _GPU_FIELDS and s.labels.get("gpu_uuid"):
+            field = _GPU_FIELDS[name]
+            value: Any = s.value * 100.0 if field in _RATIO_FIELDS else s.value
+            if field in _INT_FIELDS:
+                value = int(value)
+            gpus.setdefault(key, {}).setdefault(s.labels["gpu_uuid"], {})[field] = value
+    out = []
+    for key, job in sorted(jobs.items(), key=lambda kv: (int(kv[0][0]), kv[0][1])):
+        if "started_s" not in job or "updated_s" not in job:
+            continue  # a job's series half gone (it is ending): not a whole picture
+        labels = job["labels"]
+        out.append(
+            LiveJob(
+                job_id=key[0],
+                host=key[1],
+                user=labels.get("user", ""),
+                account=labels.get("account", ""),
+                partition=labels.get("partition", ""),
+                uid=None,
+                started_s=job["started_s"],
+                updated_s=job["updated_s"],
+                interval_s=0.0,
+                cpu_time_s=None,
+                rss_bytes=None,
+                allocated_cores=None,
+                gpus=tuple(
+                    _gpu(uuid, fields) for uuid, fields in sorted(gpus.get(key, {}).items())
+                ),
+            )
+        )
+    return out
+
+
+def _gpu(uuid: str, f: dict[str, Any]) -> LiveGpu:
+    return LiveGpu(
+        uuid=uuid,
+        available=True,
+        utilization_pct=f.get("utilization_pct"),
+        utilization_recent_pct=f.get("utilization_recent_pct"),
+        utilization_mean_pct=(
+            100.0 * f["busy_s"] / f["sampled_s"] if f.get("sampled_s") and "busy_s" in f else None
+        ),
+        recent_window_s=RECENT_WINDOW_S,
+        busy_s=f.get("busy_s"),
+        sampled_s=f.get("sampled_s"),
+        idle_since_s=f.get("idle_since_s"),
+        active_first_s=f.get("active_first_s"),
+        memory_used_bytes=f.get("memory_used_bytes"),
+        memory_total_bytes=f.get("memory_total_bytes"),
+        memory_used_max_bytes=None,
+        power_w=f.get("power_w"),
+        energy_j=None,
+    )

@@ -1,0 +1,200 @@
+"""The samplers' live summaries on this node, read bounded and cleaned where they enter.
+
+A sampler rewrites ``<spool_dir>-live/<job>/<host>.json`` every ``LIVE_INTERVAL_S``
+(``capture.sampler``); this module lists them, reads each through ``capture.spool.read_live``
+(no link followed, at most ``LIVE_MAX_BYTES``) and turns each into a typed ``LiveJob``: every
+number checked finite, every string (user, account, partition, host, GPU UUID) cleaned by
+``textsafe`` here, once, so that the exposition and the views print them as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_gpu.capture.spool import read_live
+from slurm_gpu.capture.spoolpaths import live_dir_of
+from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.textsafe import clean_user_text
+
+#: Most live summaries read per pass: bounds a scrape's cost and the series it exposes.
+MAX_SUMMARIES = 4096
+#: Most GPUs taken from one summary.
+MAX_GPUS_PER_SUMMARY = 64
+#: Longest label value kept, characters.
+MAX_LABEL_LEN = 128
+
+_JOB_DIR = re.compile(r"^[0-9]{1,20}$")
+_HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\.json$")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGpu:
+    """One GPU of a running job, as its sampler last saw it."""
+
+    uuid: str
+    available: bool
+    utilization_pct: float | None
+    """Duty cycle at the last reading, percent."""
+    utilization_recent_pct: float | None
+    """Mean duty cycle over the last ``recent_window_s``, percent."""
+    utilization_mean_pct: float | None
+    """Mean duty cycle since the job started, percent."""
+    recent_window_s: float | None
+    busy_s: float | None
+    """Seconds of kernel activity since the job started (a counter)."""
+    sampled_s: float | None
+    """Seconds covered by readings since the job started (a counter)."""
+    idle_since_s: float | None
+    """Start of the current idle run, unix seconds; ``None`` while busy."""
+    active_first_s: float | None
+    """First reading above the idle threshold, unix seconds; ``None``: never used."""
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    memory_used_max_bytes: int | None
+    power_w: float | None
+    energy_j: float | None
+    """Energy used since the job started, joules (a counter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """One job on one host: its labels, host figures and GPUs."""
+
+    job_id: str
+    host: str
+    user: str
+    account: str
+    partition: str
+    uid: int | None
+    started_s: float
+    updated_s: float
+    """Time of the last reading, unix seconds."""
+    interval_s: float
+    cpu_time_s: float | None
+    """CPU seconds of the job on this host since it started (a counter)."""
+    rss_bytes: int | None
+    allocated_cores: int | None
+    gpus: tuple[LiveGpu, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """Every fresh live summary on this node, and how many were left out and why."""
+
+    jobs: tuple[LiveJob, ...]
+    stale: int
+    """Summaries older than the staleness bound (a sampler that stopped writing)."""
+    unreadable: int
+    """Summaries that could not be read or parsed."""
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _int(value: Any) -> int | None:
+    f = _num(value)
+    return None if f is None or f < 0 else int(f)
+
+
+def _text(value: Any, default: str = "") -> str:
+    return clean_user_text(value, MAX_LABEL_LEN) if isinstance(value, str) else default
+
+
+def _gpu(d: Any) -> LiveGpu | None:
+    if not isinstance(d, dict) or not isinstance(d.get("uuid"), str):
+        return None
+    return LiveGpu(
+        uuid=_text(d["uuid"]),
+        available=d.get("available", True) is not False,
+        utilization_pct=_num(d.get("utilization_pct")),
+        utilization_recent_pct=_num(d.get("utilization_recent_pct")),
+        utilization_mean_pct=_num(d.get("utilization_mean_pct")),
+        recent_window_s=_num(d.get("recent_window_s")),
+        busy_s=_num(d.get("busy_s")),
+        sampled_s=_num(d.get("sampled_s")),
+        idle_since_s=_num(d.get("idle_since_s")),
+        active_first_s=_num(d.get("active_first_s")),
+        memory_used_bytes=_int(d.get("memory_used_bytes")),
+        memory_total_bytes=_int(d.get("memory_total_bytes")),
+        memory_used_max_bytes=_int(d.get("memory_used_max_bytes")),
+        power_w=_num(d.get("power_w")),
+        energy_j=_num(d.get("energy_j")),
+    )
+
+
+def parse_summary(body: dict[str, Any]) -> LiveJob:
+    """A ``LiveJob`` from a summary ``read_live`` returned; ``SpoolFormatError`` when it
+    lacks the job id, host or times."""
+    job_id, host = body.get("job_id"), body.get("hostname")
+    started, updated = _num(body.get("started_s")), _num(body.get("updated_s"))
+    if not isinstance(job_id, str) or not _JOB_DIR.match(job_id) or not isinstance(host, str):
+        raise SpoolFormatError("live summary without a job id or host")
+    if started is None or updated is None:
+        raise SpoolFormatError("live summary without its times")
+    raw_gpus = body.get("gpus")
+    gpus = tuple(
+        g
+        for g in (_gpu(d) for d in (raw_gpus if isinstance(raw_gpus, list) else ()))
+        if g is not None
+    )[:MAX_GPUS_PER_SUMMARY]
+    h = body.get("host")
+    h = h if isinstance(h, dict) else {}
+    uid = body.get("uid")
+    return LiveJob(
+        job_id=job_id,
+        host=_text(host),
+        user=_text(body.get("user")),
+        account=_text(body.get("account")),
+        partition=_text(body.get("partition")),
+        uid=uid if isinstance(uid, int) and not isinstance(uid, bool) and uid >= 0 else None,
+        started_s=started,
+        updated_s=updated,
+        interval_s=_num(body.get("interval_s")) or 0.0,
+        cpu_time_s=_num(h.get("cpu_time_s")),
+        rss_bytes=_int(h.get("rss_bytes")),
+        allocated_cores=_int(h.get("allocated_cores")),
+        gpus=gpus,
+    )
+
+
+def read_node(spool_dir: str, now_s: float, stale_after_s: float) -> NodeSnapshot:
+    """Every live summary under ``spool_dir``'s live directory, newest reading at most
+    ``stale_after_s`` old; at most ``MAX_SUMMARIES``. A missing live directory is an empty
+    node (no job has run yet)."""
+    root = live_dir_of(spool_dir)
+    jobs: list[LiveJob] = []
+    stale = unreadable = seen = 0
+    try:
+        job_dirs = sorted((d for d in os.listdir(root) if _JOB_DIR.match(d)), key=int)
+    except OSError:
+        job_dirs = []
+    for job in job_dirs:
+        try:
+            names = sorted(n for n in os.listdir(os.path.join(root, job)) if _HOST_FILE.match(n))
+        except OSError:
+            continue  # the job ended between the two listings
+        for name in names:
+            seen += 1
+            if seen > MAX_SUMMARIES:
+                unreadable += 1
+                continue
+            try:
+                live = parse_summary(read_live(os.path.join(root, job, name)))
+            except SpoolFormatError:
+                unreadable += 1
+                continue
+            if live.job_id != job:
+                unreadable += 1
+            elif now_s - live.updated_s > stale_after_s:
+                stale += 1
+            else:
+                jobs.append(live)
+    return NodeSnapshot(jobs=tuple(jobs), stale=stale, unreadable=unreadable)
