@@ -1,0 +1,59 @@
+"""What each telemetry source can tell, by the name it writes in ``NodeRecord.source``.
+
+The analysis reads this table (it imports no adapter) so that a rule needing a signal that the
+job's source does not have says "cannot tell from <source>" instead of guessing, and the
+reports can say where the numbers came from. The node's own hooks (``nvml``, ``virtual``)
+sample every few seconds with the process list and the host's cgroup; the sources that read a
+site's existing monitoring (``slurm_gpu.sources``) have coarser, partial views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SourceCapabilities:
+    """The signals one telemetry source provides (``True``: it can; ``False``: never)."""
+
+    name: str
+    """As written in ``NodeRecord.source``."""
+    label: str
+    """How the reports name it (``dcgm-exporter via Prometheus``)."""
+    typical_interval_s: float | None
+    """Usual sampling interval in seconds (``None``: no series, per-step means only)."""
+    timeline: bool
+    """A time series per GPU (phases, idle head/tail, ragged tails can be seen)."""
+    process_list: bool
+    """Which processes held each GPU (never-used vs context-only vs shared GPUs)."""
+    host_series: bool
+    """Host CPU and memory of the job over time (data-loading stalls, CPU saturation)."""
+    power: bool
+    """GPU power draw (busy-but-empty by power)."""
+    sm_activity: bool
+    """SM / tensor activity (profiling metrics) where the GPU offers them."""
+    memory: bool
+    """GPU memory used."""
+
+
+#: Every source the project knows. A name not listed reads as the hooks' full view (records
+#: written before this table existed came from the hooks).
+CAPABILITIES: dict[str, SourceCapabilities] = {
+    c.name: c
+    for c in (
+        SourceCapabilities(
+            "nvml", "the node's sampler (NVML)", 5.0, True, True, True, True, True, True
+        ),
+        SourceCapabilities(
+            "virtual", "the node's sampler (virtual GPUs)", 5.0, True, True, True, True, True, True
+        ),
+    )
+}
+
+
+def capabilities_of(source: str) -> SourceCapabilities:
+    """The capabilities of ``source`` (the hooks' full view for an unknown name)."""
+    found = CAPABILITIES.get(source)
+    if found is not None:
+        return found
+    return SourceCapabilities(source, source, None, True, True, True, True, True, True)
