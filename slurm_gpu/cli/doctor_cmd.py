@@ -37,9 +37,25 @@ def _private_data(settings: object) -> frozenset[str] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    from slurm_gpu.store.visibility import private_data
+    from slurm_gpu.store.visibility import dbd_private_data, private_data
 
-    return private_data(out)
+    # sacct follows slurmdbd's PrivateData: a flag set there alone hides jobs as well.
+    sacctmgr = (
+        os.path.join(os.path.dirname(scontrol), "sacctmgr")
+        if os.path.isabs(scontrol)
+        else "sacctmgr"
+    )
+    try:
+        dbd = subprocess.run(
+            [sacctmgr, "show", "configuration"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        dbd = ""
+    return private_data(out) | dbd_private_data(dbd)
 
 
 def _rls_missing(settings: object) -> list[str]:

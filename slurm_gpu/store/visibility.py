@@ -144,6 +144,14 @@ def private_data(scontrol_config: str) -> frozenset[str]:
     return frozenset(flags - {"none", "(null)"})
 
 
+def dbd_private_data(sacctmgr_config: str) -> frozenset[str]:
+    """The ``PrivateData`` flags of slurmdbd, from ``sacctmgr show configuration`` (its
+    "SlurmDBD configuration:" part). ``sacct`` asks slurmdbd, so for finished jobs these, not
+    slurm.conf's, decide what a user is shown; empty when the part is absent."""
+    _, found, dbd = sacctmgr_config.partition("SlurmDBD configuration:")
+    return private_data(dbd) if found else frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class Visibility:
     """What Slurm shows whom: ``private_jobs`` (``PrivateData=jobs``), the users who see
@@ -164,8 +172,13 @@ def _parsable_rows(output: str, fields: int) -> Iterable[list[str]]:
 def read_visibility(
     run: Callable[[Sequence[str]], str], scontrol: str, sacctmgr: str
 ) -> Visibility:
-    """Ask Slurm (``run`` returns a command's standard output, raising on failure)."""
+    """Ask Slurm (``run`` returns a command's standard output, raising on failure).
+
+    Jobs are private when slurm.conf (``scontrol show config``) or slurmdbd (``sacctmgr show
+    configuration``) sets ``PrivateData=jobs``: sacct follows slurmdbd's, squeue slurmctld's,
+    and the store must hide what either hides."""
     config = run([scontrol, "show", "config"])
+    dbd_flags = dbd_private_data(run([sacctmgr, "show", "configuration"]))
     admins = {"root"}
     slurm_user = (config_value(config, "SlurmUser") or "").partition("(")[0].strip()
     if slurm_user:
@@ -181,7 +194,7 @@ def read_visibility(
             if name.strip():
                 coordinated.setdefault(name.strip(), set()).add(account.strip())
     return Visibility(
-        private_jobs="jobs" in private_data(config),
+        private_jobs="jobs" in private_data(config) | dbd_flags,
         admins=frozenset(admins),
         coordinated={k: frozenset(v) for k, v in coordinated.items()},
     )

@@ -244,6 +244,8 @@ def test_sync_roles_takes_private_data_admins_and_coordinators_from_slurm() -> N
     outputs = {
         "show config": "SlurmUser               = slurm(64030)\n"
         "PrivateData             = accounts,jobs\n",
+        "show configuration": "PrivateData            = none\nSlurmDBD configuration:\n"
+        "PrivateData            = none\n",
         "show user": "alice|None\ndave|Administrator\nerin|Operator\n",
         "show account": "physics|carol,alice\nbiology|\n",
     }
@@ -261,6 +263,29 @@ def test_sync_roles_takes_private_data_admins_and_coordinators_from_slurm() -> N
     assert asked[0] == ["/usr/bin/scontrol", "show", "config"]
     outputs["show config"] = "PrivateData             = none\n"
     assert not read_visibility(run, "scontrol", "sacctmgr").private_jobs
+
+
+def test_private_data_set_in_slurmdbd_alone_hides_jobs() -> None:
+    # Seen on the test cluster: slurm.conf without PrivateData, slurmdbd.conf with
+    # PrivateData=jobs; sacct then hides other users' jobs, so the store must too.
+    outputs = {
+        "show config": "SlurmUser               = slurm(64030)\nPrivateData             = none\n",
+        "show configuration": "PrivateData            = none\n\nSlurmDBD configuration:\n"
+        "DbdPort                = 6819\nPrivateData            = jobs\n",
+        "show user": "",
+        "show account": "",
+    }
+
+    def run(argv: Sequence[str]) -> str:
+        line = " ".join(argv)
+        key = (
+            "show configuration"
+            if "configuration" in line
+            else next(k for k in outputs if k in line)
+        )
+        return outputs[key]
+
+    assert read_visibility(run, "scontrol", "sacctmgr").private_jobs
 
 
 def test_sqlite_stores_have_no_row_security_to_check(tmp_path: Path) -> None:
