@@ -37,6 +37,11 @@ class GpuInfo:
     pci_bus_id: str | None = None
     compute_capability: tuple[int, int] | None = None
     """(major, minor); tensor cores exist from 7.0."""
+    gpu_instance_id: int | None = None
+    """For a MIG instance, NVML's GPU instance id (the ``<gi>`` of Slurm's
+    ``MIG-GPU-<parent uuid>/<gi>/<ci>``); ``None`` for a whole GPU or when not known."""
+    compute_instance_id: int | None = None
+    """For a MIG instance, NVML's compute instance id (the ``<ci>``)."""
 
 
 @dataclass(frozen=True, slots=True)

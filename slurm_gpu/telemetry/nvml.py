@@ -22,6 +22,7 @@ first ``sample`` of the GPUs actually read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -369,11 +370,17 @@ class NvmlSource:
                 continue
             if info is None:
                 continue
-            dev = self._adopt(found, info, handle, parent)
-            dev.gpu_instance_id = _int(self._safe(nv.nvmlDeviceGetGpuInstanceId, handle), NO_ID)
-            dev.compute_instance_id = _int(
-                self._safe(nv.nvmlDeviceGetComputeInstanceId, handle), NO_ID
+            gi = _int(self._safe(nv.nvmlDeviceGetGpuInstanceId, handle), NO_ID)
+            ci = _int(self._safe(nv.nvmlDeviceGetComputeInstanceId, handle), NO_ID)
+            # The ids go into the slice's identity, so that the prolog can resolve Slurm's
+            # MIG-GPU-<uuid>/<gi>/<ci> to this slice instead of to its parent.
+            info = dataclasses.replace(
+                info,
+                gpu_instance_id=None if gi == NO_ID else gi,
+                compute_instance_id=None if ci == NO_ID else ci,
             )
+            dev = self._adopt(found, info, handle, parent)
+            dev.gpu_instance_id, dev.compute_instance_id = gi, ci
             out.append(dev)
         return out
 

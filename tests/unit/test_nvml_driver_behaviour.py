@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nvmlfake.driver import Clock, FakeDriver
 
+from slurm_gpu.hooks.gpus import resolve_job_gpus
 from slurm_gpu.telemetry.base import (
     THROTTLE_HW_SLOWDOWN,
     THROTTLE_POWER_MASK,
@@ -160,6 +161,31 @@ def test_slurm_mig_name_samples_the_slice_not_the_parent(
     assert s.available and s.uuid == slurm_name
     assert s.processes is not None and [p.pid for p in s.processes] == [3002]
     assert s.memory_used_bytes == 7 * GIB
+
+
+@pytest.mark.parametrize(
+    ("cvd_one", "cvd_two"),
+    [
+        (f"MIG-{H100_MIG_PARENT}/1/0", f"MIG-{H100_MIG_PARENT}/2/0"),  # before R470
+        (SLICE_1, SLICE_2),  # MIG-<uuid>, R470 and later
+    ],
+)
+def test_prolog_resolves_slurm_mig_ids_to_the_slice_so_two_jobs_see_only_their_own(
+    driver: Callable[[str], FakeDriver], clock: Clock, cvd_one: str, cvd_two: str
+) -> None:
+    driver("r535_129_h100_mig")
+    listed = source(clock).list_gpus()  # what the prolog sees
+    one = resolve_job_gpus(None, cvd_one, listed)
+    two = resolve_job_gpus(None, cvd_two, listed)
+    assert (one.uuids, two.uuids) == ((SLICE_1,), (SLICE_2,))
+    assert set(one.owner_keys).isdisjoint(two.owner_keys)
+    infos = {g.uuid: g for g in listed}
+    assert infos[SLICE_1].parent_uuid == H100_MIG_PARENT
+    for job, pid, used in ((one, 3001, 5 * GIB), (two, 3002, 7 * GIB)):
+        (s,) = source(clock).sample(job.uuids)  # each job's own sampler
+        assert s.available and s.uuid == job.uuids[0]
+        assert s.processes is not None and [p.pid for p in s.processes] == [pid]
+        assert s.memory_used_bytes == used and s.memory_total_bytes == 40 * GIB
 
 
 def test_mig_slice_activity_from_gpm_mig_samples_on_hopper(
