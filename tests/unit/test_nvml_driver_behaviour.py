@@ -16,6 +16,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nvmlfake.driver import Clock, FakeDriver
 
+from slurm_gpu.analysis.metrics import GpuMetrics, gpu_metrics
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.hooks.gpus import resolve_job_gpus
 from slurm_gpu.telemetry.base import (
     THROTTLE_HW_SLOWDOWN,
@@ -243,6 +246,136 @@ def test_hw_slowdown_is_not_counted_as_thermal() -> None:
     assert not THROTTLE_POWER_MASK & THROTTLE_HW_SLOWDOWN
 
 
+def _job(
+    src: NvmlSource, clock: Clock, uuid: str, readings: int, between: Callable[[int], None]
+) -> GpuMetrics:
+    """Sample ``uuid`` every 10 s through the sampler's aggregates; the analysis' metrics."""
+    start = clock.t
+    info = {g.uuid: g for g in src.list_gpus()}[uuid]
+    agg = NodeAggregator(
+        job_id="1", hostname="n1", uid=1000, interval_s=10.0, source="nvml",
+        gpus=[info], started_s=start,
+    )  # fmt: skip
+    for i in range(readings):
+        between(i)
+        clock.advance(10)
+        agg.add(clock.t, src.sample([uuid]), None)
+    record = agg.record(ended_s=clock.t, complete=True)
+    return gpu_metrics(record.gpus[0], record, AnalysisSettings())
+
+
+def _no_reasons(drv: FakeDriver, uuid: str) -> None:
+    for fn in (
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetViolationStatus",
+    ):
+        drv.fail(uuid, fn, "NOT_SUPPORTED")
+
+
+def test_driver_without_throttle_reasons_reports_unknown_not_zero(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    _no_reasons(drv, A)
+    m = _job(source(clock), clock, A, 12, lambda i: None)
+    assert m.samples_available == 12
+    assert m.throttle_power_pct is None and m.throttle_thermal_pct is None
+    assert m.throttle_known_pct == 0.0
+
+
+def test_throttle_reasons_known_part_of_the_job_are_a_share_of_the_known_time(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # Per-field errors for the second half of the job (UNKNOWN: nvidia-smi's ERR!), while
+    # the first half reports the power cap at every reading.
+    drv = driver("r570_h100")
+    drv.fail(A, "nvmlDeviceGetViolationStatus", "NOT_SUPPORTED")
+
+    def between(i: int) -> None:
+        if i == 6:
+            drv.fail(A, "nvmlDeviceGetCurrentClocksEventReasons", "UNKNOWN")
+
+    m = _job(source(clock), clock, A, 12, between)
+    assert m.throttle_power_pct == pytest.approx(100.0)  # of the known half, not 50 %
+    assert m.throttle_known_pct == pytest.approx(50.0)
+
+
+def test_violation_counters_give_exact_throttled_seconds_not_one_mask_per_interval(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # The power cap held the clocks down 2.5 s of every 10 s, never at the instant the
+    # bitmask was read: the sampled mask says 0 %, the driver's counter 25 %.
+    drv = driver("r570_h100")
+    drv.set(A, "clocks_event_reasons", 0)
+    drv.set(A, "violation_power_ns", 7 * 10**12)
+    counter = [7 * 10**12]
+
+    def between(i: int) -> None:
+        counter[0] += 2_500_000_000
+        drv.set(A, "violation_power_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    # The first reading has no counter delta yet and falls back to its (clear) bitmask.
+    assert m.throttle_power_pct == pytest.approx(100.0 * 11 * 2.5 / 120)
+    assert m.throttle_thermal_pct == 0.0 and m.throttle_known_pct == pytest.approx(100.0)
+
+
+def test_violation_counter_reset_by_a_driver_reload_falls_back_to_the_mask(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")  # bitmask: SW power cap at every reading
+    counter = [10**12]
+
+    def between(i: int) -> None:
+        # The counter restarts from 0 at reading 6 (driver reload): that interval is
+        # counted from the mask (10 s), every other one from the counter (1 s each).
+        counter[0] = 0 if i == 6 else counter[0] + 10**9
+        drv.set(A, "violation_power_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    # reading 0: no delta yet, mask (10 s); 1-5 and 7-11: counter (1 s); 6: reset, mask
+    assert m.throttle_power_pct == pytest.approx(100.0 * (10 + 10 + 10 * 1.0) / 120)
+
+
+def test_thermal_violation_counter_counts_as_thermal_and_hw_slowdown_as_neither(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    drv.set(A, "clocks_event_reasons", THROTTLE_HW_SLOWDOWN)
+    counter = [0]
+
+    def between(i: int) -> None:
+        counter[0] += 4 * 10**9
+        drv.set(A, "violation_thermal_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    assert m.throttle_power_pct == 0.0
+    assert m.throttle_thermal_pct == pytest.approx(100.0 * 11 * 4 / 120)
+
+
+def test_mig_slice_takes_the_violation_counters_of_its_gpu(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r535_129_h100_mig")
+    drv.set(H100_MIG_PARENT, "violation_power_ns", 5 * 10**9)
+    (s,) = source(clock).sample([SLICE_1])
+    assert s.violation_power_ns == 5 * 10**9  # clocks are the whole GPU's
+
+
+def test_gpu_without_violation_counters_is_not_asked_again(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    drv.fail(A, "nvmlDeviceGetViolationStatus", "NOT_SUPPORTED")
+    src = source(clock)
+    for _ in range(3):
+        clock.advance(10)
+        (s,) = src.sample([A])
+        assert s.violation_power_ns is None and s.throttle_reasons == 0x4
+    assert drv.calls("nvmlDeviceGetViolationStatus") == 2  # one per policy, once
+
+
 # ------------------------------------------------------------- 5. XID events
 
 
@@ -382,8 +515,9 @@ def test_fewer_nvml_calls_per_gpu_reading(
     drv.reset_calls()
     clock.advance(10)
     src.sample([A])
-    # one GPU with one process, GPM and XID registration set up: was 21 or more
-    assert drv.calls() <= 14, drv.call_table()
+    # one GPU with one process, GPM and XID registration set up: was 21 or more; 13, and
+    # the two violation counters (power, thermal) that make throttled time exact
+    assert drv.calls() <= 15, drv.call_table()
 
 
 def test_one_missing_uuid_does_not_re_enumerate_every_reading(
