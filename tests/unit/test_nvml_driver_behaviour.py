@@ -26,6 +26,7 @@ from slurm_gpu.telemetry.base import (
     THROTTLE_THERMAL_MASK,
 )
 from slurm_gpu.telemetry.nvml import NvmlSource
+from slurm_gpu.telemetry.nvml_calls import FUNCTION_NOT_FOUND, CallFailed
 
 GIB = 2**30
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -119,6 +120,28 @@ def test_r470_driver_without_v3_process_call_still_lists_processes(
     assert [(p.pid, p.used_memory_bytes) for p in s.processes] == [
         (1001, GIB), (1002, 2 * GIB), (1003, 3 * GIB)
     ]  # fmt: skip
+
+
+def test_library_mismatch_error_of_an_unversioned_wrapper_costs_one_field_not_the_gpu(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # From nvidia-ml-py 12.550 pynvml's unversioned process wrapper raises
+    # NVMLLibraryMismatchError (not an NVMLError) on a driver without the _v3 call; the
+    # source's call guard maps it like FUNCTION_NOT_FOUND instead of letting it escape.
+    driver("r470_a100")
+    src = source(clock)
+    (gpu,) = src.list_gpus()
+    dev = src._lookup(gpu.uuid)
+    assert dev is not None
+    mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)  # 12.550 and later
+    with pytest.raises(Exception) as raw:
+        pynvml.nvmlDeviceGetComputeRunningProcesses(dev.handle)
+    if mismatch is not None:
+        assert isinstance(raw.value, mismatch) and not isinstance(raw.value, pynvml.NVMLError)
+    with pytest.raises(CallFailed) as failed:
+        src._do(pynvml.nvmlDeviceGetComputeRunningProcesses, dev.handle)
+    assert failed.value.code == FUNCTION_NOT_FOUND
+    assert src.sample([gpu.uuid])[0].available
 
 
 def test_driver_535_54_with_32_byte_process_entries_gives_true_pids(
