@@ -37,6 +37,11 @@ class GpuInfo:
     pci_bus_id: str | None = None
     compute_capability: tuple[int, int] | None = None
     """(major, minor); tensor cores exist from 7.0."""
+    gpu_instance_id: int | None = None
+    """For a MIG instance, NVML's GPU instance id (the ``<gi>`` of Slurm's
+    ``MIG-GPU-<parent uuid>/<gi>/<ci>``); ``None`` for a whole GPU or when not known."""
+    compute_instance_id: int | None = None
+    """For a MIG instance, NVML's compute instance id (the ``<ci>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,13 @@ class GpuSample:
     sm_occupancy_pct: float | None = None
     tensor_active_pct: float | None = None
     """Share of cycles the tensor cores were busy (GPM), where the GPU reports it."""
+    # Last, after every field the virtual source fills by position.
+    violation_power_ns: int | None = None
+    """Cumulative time the power policy held the clocks down, nanoseconds since the driver
+    loaded (``nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER)``); ``None`` when the
+    driver does not keep it. Exact where the bitmask is one sample per interval."""
+    violation_thermal_ns: int | None = None
+    """The same for the thermal policy (``NVML_PERF_POLICY_THERMAL``), nanoseconds."""
 
 
 # --------------------------------------------------------------------------- job host
@@ -200,9 +212,12 @@ class GpuSummary:
     sm_clock_mean_mhz: float | None
     temperature_max_c: float | None
     throttle_power_s: float
-    """Seconds during which a power-cap clock event was reported."""
+    """Seconds during which the power policy held the clocks down: from the driver's
+    cumulative violation counter where it keeps one, else the readings' bitmask (a reading
+    standing for its interval). Counted only over ``throttle_power_known_s``."""
     throttle_thermal_s: float
-    """Seconds during which a thermal (hardware or software) slowdown was reported."""
+    """Seconds during which a thermal (hardware or software) slowdown held the clocks down,
+    counted the same way over ``throttle_thermal_known_s``."""
     pcie_tx_mean_bytes_per_s: float | None
     pcie_rx_mean_bytes_per_s: float | None
     nvlink_bytes: int | None
@@ -224,12 +239,30 @@ class GpuSummary:
     process_list_unread: int | None = None
     """Answered readings at which the compute-process list could not be read (the source gave
     ``None``, not an empty list); ``None`` in records sealed before it was counted."""
+    throttle_power_known_s: float | None = None
+    """Seconds over which power throttling was known (a violation counter delta or a
+    bitmask): the denominator of ``throttle_power_s``. 0: never known (the driver gave no
+    reasons), so the share is unknown, not 0 %. ``None`` in records sealed before it was
+    counted and in store rows: read as known over the whole observed span, the denominator
+    those records were analysed with (their readings came from virtual GPUs or from drivers
+    that report reasons at every reading), so that re-reading them changes no result."""
+    throttle_thermal_known_s: float | None = None
+    """The same for thermal throttling."""
     stall_grid: tuple[int, ...] = ()
     """Readings counted by (duty cycle, host cores busy) at sampling resolution: index
     ``duty_bin * STALL_CPU_BINS + cpu_bin``, duty in 10 %-wide bins (0–10, 100 in the last)
     and the job's cores busy on this node as percent of its allocated cores in 5 %-wide bins
     (0–20, 100 and above in the last). Only readings where both were known; empty in records
     sealed before it was counted, or when the allocated cores were unknown."""
+
+    def throttle_pct(self, observed_s: float | None) -> tuple[float | None, float | None]:
+        """(power, thermal): throttled seconds over the seconds each was known, percent (at
+        most 100); ``None`` where never known, which is unknown, not 0 %. Records without the
+        known time are read over ``observed_s`` (the record's span), as they were analysed."""
+        return (
+            _share_pct(self.throttle_power_s, self.throttle_power_known_s, observed_s),
+            _share_pct(self.throttle_thermal_s, self.throttle_thermal_known_s, observed_s),
+        )
 
     @property
     def process_state(self) -> bool | None:
@@ -243,6 +276,13 @@ class GpuSummary:
             mean = self.utilization.mean
             return None if mean is not None and mean > 1.0 else False
         return False if self.process_list_unread == 0 else None
+
+
+def _share_pct(part_s: float, known_s: float | None, observed_s: float | None) -> float | None:
+    whole = observed_s if known_s is None else known_s
+    if not whole or whole <= 0:
+        return None
+    return min(100.0, 100.0 * part_s / whole)
 
 
 #: Bins of ``GpuSummary.stall_grid``: duty cycle in 10 % steps, cores busy in 5 % steps.

@@ -76,8 +76,11 @@ class GpuMetrics:
     sm_active_mean_pct: float | None
     tensor_active_mean_pct: float | None
     throttle_power_pct: float | None
-    """Seconds with a power-cap clock event over the observed span, percent."""
+    """Seconds the power policy held the clocks down over the seconds it was known to or not
+    (``GpuSummary.throttle_power_known_s``; the observed span in records sealed before that
+    was counted), percent. ``None``: unknown (the driver never gave reasons), not 0 %."""
     throttle_thermal_pct: float | None
+    """The same for thermal slowdowns."""
     nvlink_bytes: int | None
     nvlink_idle_share_pct: float | None
     """NVLink bytes moved while the GPU was idle over all NVLink bytes, percent."""
@@ -112,6 +115,9 @@ class GpuMetrics:
     busy_cores: float | None = None
     """Mean cores busy on the node in the GPU's other buckets between its first and last
     active one."""
+    throttle_known_pct: float | None = None
+    """Share of the observed span over which both throttling causes were known, percent
+    (at most 100); ``None`` in records sealed before it was counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +366,7 @@ def gpu_metrics(
             tail = max(0.0, node.ended_s - last - interval)
     capacity = gpu.info.memory_total_bytes
     mean = dist.mean
+    throttle_power, throttle_thermal = gpu.throttle_pct(observed)
     nvl_idle = None
     if gpu.nvlink_bytes and gpu.nvlink_bytes_while_idle is not None:
         nvl_idle = 100.0 * gpu.nvlink_bytes_while_idle / gpu.nvlink_bytes
@@ -388,8 +395,8 @@ def gpu_metrics(
         energy_kwh=None if gpu.energy_j is None else gpu.energy_j / JOULES_PER_KWH,
         sm_active_mean_pct=gpu.sm_active_mean_pct,
         tensor_active_mean_pct=gpu.tensor_active_mean_pct,
-        throttle_power_pct=_ratio_pct(gpu.throttle_power_s, observed),
-        throttle_thermal_pct=_ratio_pct(gpu.throttle_thermal_s, observed),
+        throttle_power_pct=throttle_power,
+        throttle_thermal_pct=throttle_thermal,
         nvlink_bytes=gpu.nvlink_bytes,
         nvlink_idle_share_pct=nvl_idle,
         ecc_corrected=gpu.ecc_corrected,
@@ -408,7 +415,16 @@ def gpu_metrics(
         idle_phases_s=phases.total_s if phases else 0.0,
         idle_phase_cores=phases.phase_cores if phases else None,
         busy_cores=phases.other_cores if phases else None,
+        throttle_known_pct=_known_pct(gpu, observed),
     )
+
+
+def _known_pct(gpu: GpuSummary, observed_s: float | None) -> float | None:
+    power, thermal = gpu.throttle_power_known_s, gpu.throttle_thermal_known_s
+    if power is None or thermal is None:
+        return None
+    pct = _ratio_pct(min(power, thermal), observed_s)
+    return None if pct is None else min(100.0, pct)
 
 
 # --------------------------------------------------------------------------- per job

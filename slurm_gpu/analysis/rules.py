@@ -633,8 +633,16 @@ def communication_wait(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> li
 # --------------------------------------------------------------------------- the site's
 
 
+#: Known for at least this share of the job reads as known for the whole job (the first
+#: reading's interval and capped gaps make the known time fall a little short of the span).
+_THROTTLE_WHOLE_JOB_PCT = 99.0
+
+
 def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """Clocks held down by the power cap or by heat for a large share of the job."""
+    """Clocks held down by the power cap or by heat for a large share of the job: of the
+    time the driver said whether they were (never raised where it never did: unknown is
+    not 0 %, and not a finding either). ``throttle_known_pct`` is in the evidence when the
+    reasons were known for only part of the job."""
     if m.status is DataStatus.TOO_SHORT:
         return []
     out = []
@@ -649,6 +657,9 @@ def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
                     "power_mean_w": _r(g.power_mean_w),
                     "power_limit_w": _r(g.power_limit_w),
                 }
+                known = g.throttle_known_pct
+                if known is not None and known < _THROTTLE_WHOLE_JOB_PCT:
+                    ev["throttle_known_pct"] = _r(known)
                 out.append(Finding(code, Severity.WARNING, ev, Scope.GPU, g.uuid))
     return out
 

@@ -101,6 +101,50 @@ def _max(old: Any, new: Any) -> Any:
     return new if old is None or new > old else old
 
 
+class _Throttle:
+    """Throttled seconds of one cause (power or thermal) and the seconds over which it was
+    known.
+
+    An interval is counted from the driver's cumulative violation counter where two
+    consecutive readings have it (exact, in ns, and never more than the interval), else
+    from the reading's bitmask (the whole interval when a bit of ``mask`` is set), else not
+    at all: it is then unknown, and left out of ``known_s``. A counter that went backwards
+    (driver reload) or a reading without it breaks the chain, and the next interval falls
+    back to the bitmask. ``known_s`` is ``None`` when counting began mid-job (a checkpoint
+    written before it was kept), which the record passes on as "not counted".
+    """
+
+    __slots__ = ("known_s", "mask", "prev_ns")
+
+    def __init__(self, mask: int, known_s: float | None = 0.0) -> None:
+        self.mask = mask
+        self.known_s = known_s
+        self.prev_ns: int | None = None
+
+    def add(self, counter_ns: int | None, reasons: int | None, dt_s: float) -> float:
+        """Fold one reading standing for ``dt_s`` seconds; returns its throttled seconds."""
+        prev, self.prev_ns = self.prev_ns, counter_ns
+        if counter_ns is not None and prev is not None and counter_ns >= prev:
+            throttled = min(dt_s, (counter_ns - prev) / 1e9)
+        elif reasons is not None:
+            throttled = dt_s if reasons & self.mask else 0.0
+        else:
+            return 0.0
+        if self.known_s is not None:
+            self.known_s += dt_s
+        return throttled
+
+    def state(self) -> list[Any]:
+        return [self.known_s, self.prev_ns]
+
+    @classmethod
+    def from_state(cls, mask: int, data: list[Any]) -> _Throttle:
+        known, prev = data
+        out = cls(mask, None if known is None else float(known))
+        out.prev_ns = None if prev is None else int(prev)
+        return out
+
+
 def _nvlink_total(s: GpuSample) -> int | None:
     if s.nvlink_tx_bytes is None and s.nvlink_rx_bytes is None:
         return None
@@ -163,6 +207,8 @@ class GpuAccumulator:
         self.temperature_max_c: float | None = None
         self.throttle_power_s = 0.0
         self.throttle_thermal_s = 0.0
+        self.throttle_power = _Throttle(THROTTLE_POWER_MASK)
+        self.throttle_thermal = _Throttle(THROTTLE_THERMAL_MASK)
         self.nvlink_first: int | None = None
         self.nvlink_prev: int | None = None
         self.nvlink_idle = 0
@@ -192,6 +238,8 @@ class GpuAccumulator:
             self.first_time_s = s.time_s
         self.last_time_s = s.time_s
         if not s.available:
+            # Counters read after a gap in which the GPU did not answer cover that gap too.
+            self.throttle_power.prev_ns = self.throttle_thermal.prev_ns = None
             return None
         self.samples_available += 1
         idle: bool | None = None
@@ -220,11 +268,12 @@ class GpuAccumulator:
             self.energy_last_mj = s.energy_mj
         self.clock.add(s.sm_clock_mhz)
         self.temperature_max_c = _max(self.temperature_max_c, s.temperature_c)
-        if s.throttle_reasons is not None:
-            if s.throttle_reasons & THROTTLE_POWER_MASK:
-                self.throttle_power_s += dt_s
-            if s.throttle_reasons & THROTTLE_THERMAL_MASK:
-                self.throttle_thermal_s += dt_s
+        self.throttle_power_s += self.throttle_power.add(
+            s.violation_power_ns, s.throttle_reasons, dt_s
+        )
+        self.throttle_thermal_s += self.throttle_thermal.add(
+            s.violation_thermal_ns, s.throttle_reasons, dt_s
+        )
         self.pcie_tx.add(s.pcie_tx_bytes_per_s)
         self.pcie_rx.add(s.pcie_rx_bytes_per_s)
         nvl = _nvlink_total(s)
@@ -301,6 +350,8 @@ class GpuAccumulator:
             temperature_max_c=self.temperature_max_c,
             throttle_power_s=self.throttle_power_s,
             throttle_thermal_s=self.throttle_thermal_s,
+            throttle_power_known_s=self.throttle_power.known_s,
+            throttle_thermal_known_s=self.throttle_thermal.known_s,
             pcie_tx_mean_bytes_per_s=self.pcie_tx.mean,
             pcie_rx_mean_bytes_per_s=self.pcie_rx.mean,
             nvlink_bytes=nvlink,
@@ -326,6 +377,8 @@ class GpuAccumulator:
         out["sub_samples"] = self.sub_samples.state()
         out["process_list_unread"] = self.process_list_unread
         out["stall_grid"] = self.stall_grid
+        out["throttle_power"] = self.throttle_power.state()
+        out["throttle_thermal"] = self.throttle_thermal.state()
         return out
 
     @classmethod
@@ -350,6 +403,18 @@ class GpuAccumulator:
             if len(grid) != STALL_DUTY_BINS * STALL_CPU_BINS:
                 raise ValueError("stall grid has the wrong size")
             out.stall_grid = [int(v) for v in grid]
+        # Checkpoints written before the known time was counted: the seconds before the
+        # upgrade were counted over an unknown span, so the record says "not counted".
+        for name, mask in (
+            ("throttle_power", THROTTLE_POWER_MASK),
+            ("throttle_thermal", THROTTLE_THERMAL_MASK),
+        ):
+            saved = data.get(name)
+            setattr(
+                out,
+                name,
+                _Throttle(mask, None) if saved is None else _Throttle.from_state(mask, saved),
+            )
         return out
 
 

@@ -27,9 +27,10 @@ class GpuResolution:
     """``SLURM_JOB_GPUS``, ``CUDA_VISIBLE_DEVICES`` or ``none``."""
     unresolved: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
-    """What the job holds, one key per device, for GPU ownership: the UUID, or for a MIG
-    slice named ``MIG-GPU-<uuid>/<gi>/<ci>`` (which samples as its parent GPU) the parent
-    UUID with ``/<gi>/<ci>``, so two slices of one GPU are two holdings. Empty: ``uuids``."""
+    """What the job holds, one key per device, for GPU ownership: the UUID of the GPU or of
+    the MIG slice (a slice named ``MIG-GPU-<uuid>/<gi>/<ci>`` resolves to its own ``MIG-…``
+    UUID; on a source that lists no slices, the GPU's UUID with ``/<gi>/<ci>``), so two
+    slices of one GPU are two holdings. Empty: ``uuids``."""
 
     @property
     def owner_keys(self) -> tuple[str, ...]:
@@ -62,33 +63,51 @@ def _by_ordinal(token: str, gpus: Sequence[GpuInfo]) -> str | None:
     return None
 
 
-def _slice_suffix(rest: str) -> str | None:
-    """``/<gi>/<ci>`` of a pre-R470 MIG name, normalised; ``None`` if not two numbers."""
+def _slice_ids(rest: str) -> tuple[int, int] | None:
+    """(gi, ci) of the ``<gi>/<ci>`` of a Slurm MIG name; ``None`` if not two numbers."""
     parts = rest.split("/")
     if len(parts) != 2 or not all(p.isdigit() and len(p) <= 4 for p in parts):
         return None
-    return "/" + "/".join(str(int(p)) for p in parts)
+    return int(parts[0]), int(parts[1])
+
+
+def _by_slurm_mig_name(low: str, gpus: Sequence[GpuInfo]) -> tuple[str, str] | None:
+    """(UUID to sample, ownership key) of Slurm's ``mig-gpu-<parent uuid>/<gi>/<ci>``
+    (lower case).
+
+    The slice, never its parent, whenever the source lists the parent's slices: the parent's
+    memory, processes, power and energy are the sum of every tenant's. A name whose instance
+    ids none of the listed slices carries (a slice destroyed since) is unresolved rather than
+    widened to the GPU. Only a source that lists no slice of that GPU at all (virtual GPUs)
+    samples the GPU, owned as ``<uuid>/<gi>/<ci>`` so that two slices are two holdings.
+    """
+    parent, _, rest = low[len("mig-") :].partition("/")
+    ids = _slice_ids(rest)
+    if ids is None:
+        return None
+    slices = [g for g in gpus if g.parent_uuid is not None and g.parent_uuid.lower() == parent]
+    for g in slices:
+        if (g.gpu_instance_id, g.compute_instance_id) == ids:
+            return g.uuid, g.uuid
+    if slices:
+        return None
+    whole = [g.uuid for g in gpus if g.uuid.lower() == parent]
+    return (whole[0], f"{whole[0]}/{ids[0]}/{ids[1]}") if whole else None
 
 
 def _by_uuid(token: str, gpus: Sequence[GpuInfo]) -> tuple[str, str] | None:
     """(UUID to sample, ownership key) of a UUID token; ``None`` if it matches no GPU."""
     low = token.lower()
-    suffix = ""
     if low.startswith("mig-gpu-") and "/" in low:
-        # Pre-R470 MIG syntax MIG-GPU-<uuid>/<gi>/<ci>: the physical GPU is all we can
-        # sample, but the slice (GPU instance, compute instance) is what the job holds.
-        low, _, rest = low[len("mig-") :].partition("/")
-        found = _slice_suffix(rest)
-        if found is None:
-            return None
-        suffix = found
+        # MIG-GPU-<uuid>/<gi>/<ci>: Slurm's name of a slice (drivers before R470).
+        return _by_slurm_mig_name(low, gpus)
     exact = [g.uuid for g in gpus if g.uuid.lower() == low]
     if exact:
-        return exact[0], exact[0] + suffix
+        return exact[0], exact[0]
     if len(low) < len("GPU-") + 1:
         return None
     matches = [g.uuid for g in gpus if g.uuid.lower().startswith(low)]
-    return (matches[0], matches[0] + suffix) if len(matches) == 1 else None
+    return (matches[0], matches[0]) if len(matches) == 1 else None
 
 
 def resolve_job_gpus(

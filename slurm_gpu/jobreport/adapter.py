@@ -98,9 +98,16 @@ def _spark(timeline: Sequence[TimelinePoint], gpu: int, points: int) -> tuple[fl
     return tuple(out)
 
 
-def gpu_line(node: str, summary: GpuSummary, spark: tuple[float | None, ...] = ()) -> GpuLine:
-    """One GPU's line from its summary."""
+def gpu_line(
+    node: str,
+    summary: GpuSummary,
+    spark: tuple[float | None, ...] = (),
+    observed_s: float | None = None,
+) -> GpuLine:
+    """One GPU's line from its summary; ``observed_s`` (the record's span, seconds) is the
+    throttling denominator of records sealed before the known time was counted."""
     util = summary.utilization
+    known = [p for p in summary.throttle_pct(observed_s) if p is not None]
     return GpuLine(
         node=node,
         uuid=summary.info.uuid,
@@ -122,6 +129,9 @@ def gpu_line(node: str, summary: GpuSummary, spark: tuple[float | None, ...] = (
         energy_j=summary.energy_j,
         process_seen=summary.process_state,
         spark_pct=spark,
+        throttled_pct=max(known) if known else None,
+        throttle_unknown=summary.throttle_power_known_s == 0.0
+        and summary.throttle_thermal_known_s == 0.0,
     )
 
 
@@ -132,7 +142,8 @@ def gpu_lines_from_records(
     lines: list[GpuLine] = []
     for rec in sorted(records, key=lambda r: r.hostname):
         for i, summary in enumerate(rec.gpus):
-            lines.append(gpu_line(rec.hostname, summary, _spark(rec.timeline, i, spark_points)))
+            spark = _spark(rec.timeline, i, spark_points)
+            lines.append(gpu_line(rec.hostname, summary, spark, rec.ended_s - rec.started_s))
     return tuple(lines)
 
 

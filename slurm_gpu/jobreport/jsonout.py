@@ -55,6 +55,7 @@ _GPU = {
         "energy_j": _NUM,
         "process_seen": {"type": ["boolean", "null"]},
         "timeline_utilization_pct": {"type": "array", "items": _NUM},
+        "throttled_pct": _NUM,
     },
 }
 
@@ -219,6 +220,7 @@ def job_json(r: JobReport) -> dict[str, Any]:
                 "energy_j": g.energy_j,
                 "process_seen": g.process_seen,
                 "timeline_utilization_pct": list(g.spark_pct),
+                "throttled_pct": g.throttled_pct,
             }
             for g in r.gpus
         ],

@@ -60,6 +60,13 @@ class GpuLine:
     energy_j: float | None
     process_seen: bool | None
     """Whether any compute process ever ran on it; ``None`` when unknown."""
+    throttled_pct: float | None = None
+    """Share of the time its clocks were known to be or not to be held down during which
+    its power cap or heat held them down (the larger of the two), percent; ``None`` when
+    not known."""
+    throttle_unknown: bool = False
+    """The driver never said whether the clocks were held down: throttling is unknown,
+    which the report says instead of 0 %."""
     spark_pct: tuple[float | None, ...] = ()
     """Utilization over time, oldest first, for a sparkline; ``None`` gaps where not read."""
 

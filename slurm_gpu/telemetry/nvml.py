@@ -22,6 +22,7 @@ first ``sample`` of the GPUs actually read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from slurm_gpu.telemetry import nvml_procs
 from slurm_gpu.telemetry.nvml_calls import (
     FUNCTION_NOT_FOUND,
     NO_ID,
+    NOT_SUPPORTED,
     TIMEOUT,
     CallFailed,
     DriverGone,
@@ -88,6 +90,9 @@ METRICS: tuple[Metric, ...] = (
     Metric(("memory_clock_mhz",), "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", "MHz"),
     Metric(("throttle_reasons",),
            "nvmlDeviceGetCurrentClocksEventReasons (…ThrottleReasons before R535)", "bitmask"),
+    Metric(("violation_power_ns", "violation_thermal_ns"),
+           "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER / _THERMAL), physical GPU",
+           "ns, cumulative"),
     Metric(("temperature_c",), "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", "°C"),
     Metric(("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
            "fields NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES (delta over the interval)", "bytes/s"),
@@ -102,6 +107,14 @@ METRICS: tuple[Metric, ...] = (
            "nvmlGpmSampleGet / nvmlGpmMigSampleGet + nvmlGpmMetricsGet", "%"),
     Metric(("xid_events",), "nvmlEventSetWait_v2 (nvmlEventTypeXidCriticalError)", "XID"),
 )  # fmt: skip
+
+#: Violation counters (``nvmlDeviceGetViolationStatus``: nvml.h's ``NVML_PERF_POLICY_*``,
+#: cumulative ns) -> GpuSample field. Only the two causes the report tells apart: the power
+#: policy (power cap) and the thermal policy; HW_SLOWDOWN, which may be either, has none.
+VIOLATION_POLICIES: tuple[tuple[str, int], ...] = (
+    ("violation_power_ns", 0),  # NVML_PERF_POLICY_POWER
+    ("violation_thermal_ns", 1),  # NVML_PERF_POLICY_THERMAL
+)
 
 #: GPM metric ids (nvml.h) -> GpuSample field.
 GPM_METRICS: tuple[tuple[int, str], ...] = (
@@ -130,6 +143,8 @@ class _Device:
     """Last PCIe byte counter per direction: (value, field timestamp µs)."""
     pending_xids: list[int] = field(default_factory=list)
     registered: bool = False
+    violation_policies: tuple[tuple[str, int], ...] = VIOLATION_POLICIES
+    """The violation counters still asked for (one the GPU does not keep is dropped)."""
 
     @property
     def is_mig(self) -> bool:
@@ -369,11 +384,17 @@ class NvmlSource:
                 continue
             if info is None:
                 continue
-            dev = self._adopt(found, info, handle, parent)
-            dev.gpu_instance_id = _int(self._safe(nv.nvmlDeviceGetGpuInstanceId, handle), NO_ID)
-            dev.compute_instance_id = _int(
-                self._safe(nv.nvmlDeviceGetComputeInstanceId, handle), NO_ID
+            gi = _int(self._safe(nv.nvmlDeviceGetGpuInstanceId, handle), NO_ID)
+            ci = _int(self._safe(nv.nvmlDeviceGetComputeInstanceId, handle), NO_ID)
+            # The ids go into the slice's identity, so that the prolog can resolve Slurm's
+            # MIG-GPU-<uuid>/<gi>/<ci> to this slice instead of to its parent.
+            info = dataclasses.replace(
+                info,
+                gpu_instance_id=None if gi == NO_ID else gi,
+                compute_instance_id=None if ci == NO_ID else ci,
             )
+            dev = self._adopt(found, info, handle, parent)
+            dev.gpu_instance_id, dev.compute_instance_id = gi, ci
             out.append(dev)
         return out
 
@@ -499,6 +520,7 @@ class NvmlSource:
             values["processes"] = procs
         if not values:
             return None  # not one field: the GPU (or slice handle) is not answering
+        values.update(self._violations(dev.parent or dev))
         if not dev.is_mig:
             values["utilization_samples_pct"] = self._util_samples(dev)
         values.update(self._gpm(dev))
@@ -569,6 +591,27 @@ class NvmlSource:
                 self._event_reasons = False  # before R535 the call has its old name only
         reasons = self._try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         return int(reasons) if reasons is not None else None
+
+    def _violations(self, physical: _Device) -> dict[str, int]:
+        """Cumulative power and thermal violation times (ns) of the physical GPU: clocks
+        are the whole GPU's, so a slice is held down exactly when its GPU is. A policy the
+        GPU or driver does not keep is not asked again."""
+        nv = self._lib()
+        out: dict[str, int] = {}
+        keep = []
+        for name, policy in physical.violation_policies:
+            try:
+                got = self._do(nv.nvmlDeviceGetViolationStatus, physical.handle, policy)
+            except CallFailed as failed:
+                if failed.code not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                    keep.append((name, policy))  # a transient error: ask again next time
+                continue
+            keep.append((name, policy))
+            value = getattr(got, "violationTime", None)
+            if isinstance(value, int):
+                out[name] = value
+        physical.violation_policies = tuple(keep)
+        return out
 
     def _processes(self, dev: _Device) -> tuple[GpuProcess, ...] | None:
         """The slice's or GPU's own compute processes; ``None`` when unreadable."""

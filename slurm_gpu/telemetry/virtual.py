@@ -429,6 +429,8 @@ class VirtualGpuSource:
             sm_active,  # sm_active_pct
             None,  # sm_occupancy_pct
             tensor_active,  # tensor_active_pct
+            None,  # violation_power_ns: a virtual GPU keeps the bitmask only
+            None,  # violation_thermal_ns
         )
 
 
@@ -461,6 +463,8 @@ SAMPLE_ORDER = (
     "sm_active_pct",
     "sm_occupancy_pct",
     "tensor_active_pct",
+    "violation_power_ns",
+    "violation_thermal_ns",
 )
 
 

@@ -24,11 +24,15 @@ MIG = [
         uuid="MIG-11111111-2222-3333-4444-555555555555",
         parent_uuid="GPU-eeee5555-0000-0000-0000-000000000000",
         mig_profile="1g.10gb",
+        gpu_instance_id=1,
+        compute_instance_id=0,
     ),
     GpuInfo(
         uuid="MIG-66666666-2222-3333-4444-555555555555",
         parent_uuid="GPU-eeee5555-0000-0000-0000-000000000000",
         mig_profile="1g.10gb",
+        gpu_instance_id=2,
+        compute_instance_id=0,
     ),
 ]
 
@@ -69,9 +73,23 @@ def test_mig_uuids_name_the_slices() -> None:
     assert r.uuids == ("MIG-66666666-2222-3333-4444-555555555555",)
 
 
-def test_old_mig_syntax_resolves_to_the_physical_gpu() -> None:
-    r = resolve_job_gpus(None, "MIG-GPU-eeee5555-0000-0000-0000-000000000000/1/0", MIG)
+def test_slurm_mig_name_resolves_to_the_slice_with_those_instance_ids() -> None:
+    r = resolve_job_gpus(None, "MIG-GPU-eeee5555-0000-0000-0000-000000000000/2/0", MIG)
+    assert r.uuids == ("MIG-66666666-2222-3333-4444-555555555555",)
+    assert r.owner_keys == r.uuids
+
+
+def test_slurm_mig_name_of_an_unknown_slice_is_not_widened_to_the_parent() -> None:
+    r = resolve_job_gpus(None, "MIG-GPU-eeee5555-0000-0000-0000-000000000000/5/0", MIG)
+    assert r.uuids == ()
+    assert r.unresolved == ("MIG-GPU-eeee5555-0000-0000-0000-000000000000/5/0",)
+
+
+def test_slurm_mig_name_on_a_source_without_slices_samples_the_gpu() -> None:
+    # Virtual GPUs have no MIG slices: the GPU is all there is, owned per slice.
+    r = resolve_job_gpus(None, "MIG-GPU-eeee5555-0000-0000-0000-000000000000/1/0", MIG[:1])
     assert r.uuids == ("GPU-eeee5555-0000-0000-0000-000000000000",)
+    assert r.owner_keys == ("GPU-eeee5555-0000-0000-0000-000000000000/1/0",)
 
 
 def test_indices_never_pick_a_mig_slice() -> None:

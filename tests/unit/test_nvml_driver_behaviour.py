@@ -16,12 +16,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nvmlfake.driver import Clock, FakeDriver
 
+from slurm_gpu.analysis.metrics import GpuMetrics, gpu_metrics
+from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.hooks.gpus import resolve_job_gpus
 from slurm_gpu.telemetry.base import (
     THROTTLE_HW_SLOWDOWN,
     THROTTLE_POWER_MASK,
     THROTTLE_THERMAL_MASK,
 )
 from slurm_gpu.telemetry.nvml import NvmlSource
+from slurm_gpu.telemetry.nvml_calls import FUNCTION_NOT_FOUND, CallFailed
 
 GIB = 2**30
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -117,6 +122,28 @@ def test_r470_driver_without_v3_process_call_still_lists_processes(
     ]  # fmt: skip
 
 
+def test_library_mismatch_error_of_an_unversioned_wrapper_costs_one_field_not_the_gpu(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # From nvidia-ml-py 12.550 pynvml's unversioned process wrapper raises
+    # NVMLLibraryMismatchError (not an NVMLError) on a driver without the _v3 call; the
+    # source's call guard maps it like FUNCTION_NOT_FOUND instead of letting it escape.
+    driver("r470_a100")
+    src = source(clock)
+    (gpu,) = src.list_gpus()
+    dev = src._lookup(gpu.uuid)
+    assert dev is not None
+    mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)  # 12.550 and later
+    with pytest.raises(Exception) as raw:
+        pynvml.nvmlDeviceGetComputeRunningProcesses(dev.handle)
+    if mismatch is not None:
+        assert isinstance(raw.value, mismatch) and not isinstance(raw.value, pynvml.NVMLError)
+    with pytest.raises(CallFailed) as failed:
+        src._do(pynvml.nvmlDeviceGetComputeRunningProcesses, dev.handle)
+    assert failed.value.code == FUNCTION_NOT_FOUND
+    assert src.sample([gpu.uuid])[0].available
+
+
 def test_driver_535_54_with_32_byte_process_entries_gives_true_pids(
     driver: Callable[[str], FakeDriver], clock: Clock
 ) -> None:
@@ -160,6 +187,31 @@ def test_slurm_mig_name_samples_the_slice_not_the_parent(
     assert s.available and s.uuid == slurm_name
     assert s.processes is not None and [p.pid for p in s.processes] == [3002]
     assert s.memory_used_bytes == 7 * GIB
+
+
+@pytest.mark.parametrize(
+    ("cvd_one", "cvd_two"),
+    [
+        (f"MIG-{H100_MIG_PARENT}/1/0", f"MIG-{H100_MIG_PARENT}/2/0"),  # before R470
+        (SLICE_1, SLICE_2),  # MIG-<uuid>, R470 and later
+    ],
+)
+def test_prolog_resolves_slurm_mig_ids_to_the_slice_so_two_jobs_see_only_their_own(
+    driver: Callable[[str], FakeDriver], clock: Clock, cvd_one: str, cvd_two: str
+) -> None:
+    driver("r535_129_h100_mig")
+    listed = source(clock).list_gpus()  # what the prolog sees
+    one = resolve_job_gpus(None, cvd_one, listed)
+    two = resolve_job_gpus(None, cvd_two, listed)
+    assert (one.uuids, two.uuids) == ((SLICE_1,), (SLICE_2,))
+    assert set(one.owner_keys).isdisjoint(two.owner_keys)
+    infos = {g.uuid: g for g in listed}
+    assert infos[SLICE_1].parent_uuid == H100_MIG_PARENT
+    for job, pid, used in ((one, 3001, 5 * GIB), (two, 3002, 7 * GIB)):
+        (s,) = source(clock).sample(job.uuids)  # each job's own sampler
+        assert s.available and s.uuid == job.uuids[0]
+        assert s.processes is not None and [p.pid for p in s.processes] == [pid]
+        assert s.memory_used_bytes == used and s.memory_total_bytes == 40 * GIB
 
 
 def test_mig_slice_activity_from_gpm_mig_samples_on_hopper(
@@ -215,6 +267,136 @@ def test_hw_slowdown_is_not_counted_as_thermal() -> None:
     # NVML: HW_SLOWDOWN can be a thermal or a power brake; it proves neither.
     assert not THROTTLE_THERMAL_MASK & THROTTLE_HW_SLOWDOWN
     assert not THROTTLE_POWER_MASK & THROTTLE_HW_SLOWDOWN
+
+
+def _job(
+    src: NvmlSource, clock: Clock, uuid: str, readings: int, between: Callable[[int], None]
+) -> GpuMetrics:
+    """Sample ``uuid`` every 10 s through the sampler's aggregates; the analysis' metrics."""
+    start = clock.t
+    info = {g.uuid: g for g in src.list_gpus()}[uuid]
+    agg = NodeAggregator(
+        job_id="1", hostname="n1", uid=1000, interval_s=10.0, source="nvml",
+        gpus=[info], started_s=start,
+    )  # fmt: skip
+    for i in range(readings):
+        between(i)
+        clock.advance(10)
+        agg.add(clock.t, src.sample([uuid]), None)
+    record = agg.record(ended_s=clock.t, complete=True)
+    return gpu_metrics(record.gpus[0], record, AnalysisSettings())
+
+
+def _no_reasons(drv: FakeDriver, uuid: str) -> None:
+    for fn in (
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetViolationStatus",
+    ):
+        drv.fail(uuid, fn, "NOT_SUPPORTED")
+
+
+def test_driver_without_throttle_reasons_reports_unknown_not_zero(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    _no_reasons(drv, A)
+    m = _job(source(clock), clock, A, 12, lambda i: None)
+    assert m.samples_available == 12
+    assert m.throttle_power_pct is None and m.throttle_thermal_pct is None
+    assert m.throttle_known_pct == 0.0
+
+
+def test_throttle_reasons_known_part_of_the_job_are_a_share_of_the_known_time(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # Per-field errors for the second half of the job (UNKNOWN: nvidia-smi's ERR!), while
+    # the first half reports the power cap at every reading.
+    drv = driver("r570_h100")
+    drv.fail(A, "nvmlDeviceGetViolationStatus", "NOT_SUPPORTED")
+
+    def between(i: int) -> None:
+        if i == 6:
+            drv.fail(A, "nvmlDeviceGetCurrentClocksEventReasons", "UNKNOWN")
+
+    m = _job(source(clock), clock, A, 12, between)
+    assert m.throttle_power_pct == pytest.approx(100.0)  # of the known half, not 50 %
+    assert m.throttle_known_pct == pytest.approx(50.0)
+
+
+def test_violation_counters_give_exact_throttled_seconds_not_one_mask_per_interval(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    # The power cap held the clocks down 2.5 s of every 10 s, never at the instant the
+    # bitmask was read: the sampled mask says 0 %, the driver's counter 25 %.
+    drv = driver("r570_h100")
+    drv.set(A, "clocks_event_reasons", 0)
+    drv.set(A, "violation_power_ns", 7 * 10**12)
+    counter = [7 * 10**12]
+
+    def between(i: int) -> None:
+        counter[0] += 2_500_000_000
+        drv.set(A, "violation_power_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    # The first reading has no counter delta yet and falls back to its (clear) bitmask.
+    assert m.throttle_power_pct == pytest.approx(100.0 * 11 * 2.5 / 120)
+    assert m.throttle_thermal_pct == 0.0 and m.throttle_known_pct == pytest.approx(100.0)
+
+
+def test_violation_counter_reset_by_a_driver_reload_falls_back_to_the_mask(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")  # bitmask: SW power cap at every reading
+    counter = [10**12]
+
+    def between(i: int) -> None:
+        # The counter restarts from 0 at reading 6 (driver reload): that interval is
+        # counted from the mask (10 s), every other one from the counter (1 s each).
+        counter[0] = 0 if i == 6 else counter[0] + 10**9
+        drv.set(A, "violation_power_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    # reading 0: no delta yet, mask (10 s); 1-5 and 7-11: counter (1 s); 6: reset, mask
+    assert m.throttle_power_pct == pytest.approx(100.0 * (10 + 10 + 10 * 1.0) / 120)
+
+
+def test_thermal_violation_counter_counts_as_thermal_and_hw_slowdown_as_neither(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    drv.set(A, "clocks_event_reasons", THROTTLE_HW_SLOWDOWN)
+    counter = [0]
+
+    def between(i: int) -> None:
+        counter[0] += 4 * 10**9
+        drv.set(A, "violation_thermal_ns", counter[0])
+
+    m = _job(source(clock), clock, A, 12, between)
+    assert m.throttle_power_pct == 0.0
+    assert m.throttle_thermal_pct == pytest.approx(100.0 * 11 * 4 / 120)
+
+
+def test_mig_slice_takes_the_violation_counters_of_its_gpu(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r535_129_h100_mig")
+    drv.set(H100_MIG_PARENT, "violation_power_ns", 5 * 10**9)
+    (s,) = source(clock).sample([SLICE_1])
+    assert s.violation_power_ns == 5 * 10**9  # clocks are the whole GPU's
+
+
+def test_gpu_without_violation_counters_is_not_asked_again(
+    driver: Callable[[str], FakeDriver], clock: Clock
+) -> None:
+    drv = driver("r570_h100")
+    drv.fail(A, "nvmlDeviceGetViolationStatus", "NOT_SUPPORTED")
+    src = source(clock)
+    for _ in range(3):
+        clock.advance(10)
+        (s,) = src.sample([A])
+        assert s.violation_power_ns is None and s.throttle_reasons == 0x4
+    assert drv.calls("nvmlDeviceGetViolationStatus") == 2  # one per policy, once
 
 
 # ------------------------------------------------------------- 5. XID events
@@ -356,8 +538,9 @@ def test_fewer_nvml_calls_per_gpu_reading(
     drv.reset_calls()
     clock.advance(10)
     src.sample([A])
-    # one GPU with one process, GPM and XID registration set up: was 21 or more
-    assert drv.calls() <= 14, drv.call_table()
+    # one GPU with one process, GPM and XID registration set up: was 21 or more; 13, and
+    # the two violation counters (power, thermal) that make throttled time exact
+    assert drv.calls() <= 15, drv.call_table()
 
 
 def test_one_missing_uuid_does_not_re_enumerate_every_reading(

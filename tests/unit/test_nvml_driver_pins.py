@@ -58,8 +58,29 @@ def test_driver_boundary_suite_passes_on_the_oldest_admitted_nvidia_ml_py() -> N
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
     assert version == lowest and Path(path).parent == target
+    # The interpreter that runs the suite imports the oldest pynvml before pytest does, and
+    # says so, so the suite cannot silently run on the venv's newest.
+    child = (
+        "import sys, importlib.metadata as m, pynvml, pytest; "
+        f"assert m.version('nvidia-ml-py') == {lowest!r}, m.version('nvidia-ml-py'); "
+        f"assert pynvml.__file__.startswith({str(target)!r}), pynvml.__file__; "
+        "print('pynvml', m.version('nvidia-ml-py'), pynvml.__file__); "
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', *sys.argv[1:]]))"
+    )
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *MODULES],
+        [sys.executable, "-c", child, *MODULES],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    out = run.stdout[-4000:] + run.stderr[-2000:]
+    assert run.returncode == 0, out
+    assert f"pynvml {lowest} {target}" in run.stdout, out
+    # Every test of the driver-boundary suite ran there: none skipped or left uncollected.
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+         *MODULES],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    total = re.search(r"(\d+) tests? collected", collected)
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert total and passed and passed.group(1) == total.group(1), out
+    assert "skipped" not in run.stdout, out
