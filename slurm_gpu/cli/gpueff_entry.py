@@ -66,20 +66,25 @@ def _from_files(
 def _cached(
     settings: Settings, args: list[str], uid: int, *, colour: bool | None = None
 ) -> str | None:
-    """The output from the reports the collector rendered into a SQLite store, when every id
-    has one rendered under this release, these templates and these settings; else ``None``.
-    Imports the standard library only (``reportcache``)."""
+    """The output from the reports the collector rendered into the store (SQLite, or
+    PostgreSQL read through libpq as the caller's own role), when every id has one rendered
+    under this release, these templates and these settings; else ``None``. Imports the
+    standard library only (``reportcache``, ``store.libpq``)."""
     if not settings.gpueff.cache_reports:
         return None
-    from slurm_gpu.store.urls import sqlite_path
-
-    path = sqlite_path(settings.store_url)
-    if path is None:
-        return None
-    from slurm_gpu.jobreport.reportcache import read_cached, render_key
+    from slurm_gpu.jobreport.reportcache import read_cached, read_cached_pg, render_key
     from slurm_gpu.jobreport.tty import use_colour
+    from slurm_gpu.store.urls import libpq_conninfo, sqlite_path
 
-    texts = read_cached(path, args, uid, render_key(settings.gpueff), colour=use_colour(colour))
+    key, want_colour = render_key(settings.gpueff), use_colour(colour)
+    path = sqlite_path(settings.store_url)
+    if path is not None:
+        texts = read_cached(path, args, uid, key, colour=want_colour)
+    else:
+        conninfo = libpq_conninfo(settings.store_url)
+        if conninfo is None:
+            return None
+        texts = read_cached_pg(conninfo, args, uid, key, colour=want_colour)
     # As ``output.render_groups`` joins single-job reports.
     return None if texts is None else "\n".join(texts)
 

@@ -20,6 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from slurm_gpu.accounting.base import is_settled
@@ -70,8 +71,8 @@ class ReportPrerenderer:
 
     @property
     def enabled(self) -> bool:
-        """Whether reports are rendered: ``[gpueff] cache_reports`` on a SQLite store."""
-        return self.path is not None and self._settings.gpueff.cache_reports
+        """Whether reports are rendered: ``[gpueff] cache_reports`` (SQLite or PostgreSQL)."""
+        return self._settings.gpueff.cache_reports
 
     def publish(self, jobs: Iterable[JobRecord]) -> int:
         """Render and store the reports of these just-stored jobs; returns how many were
@@ -92,7 +93,9 @@ class ReportPrerenderer:
         ids = self._store.jobs_needing_reports(self.key, limit=limit)
         if not ids:
             return (0, 0)
-        assert self.path is not None
+        if self.path is None:  # PostgreSQL: the store's own reader
+            found = (self._store.get_job(i) for i in ids)
+            return (len(ids), self._render_and_write([s.job for s in found if s is not None]))
         with SqliteReader.open(self.path) as reader:
             jobs = [s.job for s in reader.jobs_for_ids(ids)]
         return (len(ids), self._render_and_write(jobs))
@@ -101,14 +104,17 @@ class ReportPrerenderer:
         eligible = [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
         if not eligible:
             return 0
-        assert self.path is not None
         now = self._clock()
         out: list[CachedReport] = []
         files: list[ReportFile] = []
-        # The store as gpueff reads it: the standard-library reader, after the commit, asked
-        # once for the whole batch (one set of queries and one snapshot instead of one per job).
-        with SqliteReader.open(self.path) as sq:
-            batch = _BatchReader(sq, [j.job_id_display for j in eligible])
+        # The store as gpueff reads it, after the commit: on SQLite the standard-library
+        # reader, asked once for the whole batch (one set of queries and one snapshot instead of
+        # one per job); on PostgreSQL the store itself.
+        reading: Any = (
+            SqliteReader.open(self.path) if self.path is not None else nullcontext(self._store)
+        )
+        with reading as sq:
+            batch = _BatchReader(sq, [j.job_id_display for j in eligible]) if self.path else sq
             for job in eligible:
                 try:
                     rendered = self._render(batch, job, now)
@@ -133,7 +139,9 @@ class ReportPrerenderer:
                     )
         self._store.write_reports(out)
         # After the commit, as the store's rows: the owner's copy, readable by the owner alone.
-        self._files.write(files)
+        # A PostgreSQL store needs none: its row-level security shows users their own rows.
+        if self.path is not None:
+            self._files.write(files)
         return len(out)
 
     def _render(

@@ -137,3 +137,39 @@ def read_cached(
     finally:
         conn.close()
     return [texts[t] for t in typed_ids]
+
+
+def read_cached_pg(
+    conninfo: str, typed_ids: Sequence[str], caller_uid: int, key: str, *, colour: bool
+) -> list[str] | None:
+    """As ``read_cached``, from a PostgreSQL store through libpq (``slurm_gpu.store.libpq``),
+    connected as the caller's own role: row-level security applies on top of the uid test."""
+    if not typed_ids:
+        return None
+    from slurm_gpu.store import libpq
+
+    wanted = list(dict.fromkeys(typed_ids))
+    column = "r.colour" if colour else "r.plain"
+    marks = ",".join(f"${i + 1}" for i in range(len(wanted)))
+    n = len(wanted)
+    rows = libpq.query(
+        conninfo,
+        f"SELECT r.typed_id, r.render_key, {column}, j.job_id, j.array_job_id, "
+        "(SELECT count(*) FROM jobs a WHERE a.array_job_id = r.typed_id) "
+        "FROM job_reports r JOIN jobs j ON j.job_id = r.job_id "
+        f"WHERE r.typed_id IN ({marks}) AND (j.uid = ${n + 1} OR ${n + 1} = 0)",
+        [*wanted, str(caller_uid)],
+    )
+    if rows is None:
+        return None
+    texts: dict[str, str] = {}
+    for typed, row_key, text, job_id, array_job_id, arrays in rows:
+        if row_key != key or typed is None or text is None or typed in texts:
+            return None
+        # A plain id that is also an array's id names the whole array: accounting's.
+        if (array_job_id is not None and typed == job_id) or arrays != "0":
+            return None
+        texts[typed] = text
+    if len(texts) != len(wanted):
+        return None
+    return [texts[t] for t in typed_ids]

@@ -24,3 +24,20 @@ def readonly_uri(path: str) -> str:
     from urllib.parse import quote
 
     return f"file:{quote(path)}?mode=ro"
+
+
+_PG_PREFIXES = ("postgresql+psycopg://", "postgresql://", "postgres://")
+
+
+def libpq_conninfo(url: str) -> str | None:
+    """The libpq connection URI of a PostgreSQL store URL without a password (users connect
+    as themselves: peer or GSSAPI), for ``gpueff``'s fast path; ``None`` for any other URL,
+    and for one that carries a password (such a URL is the collector's, not a user's)."""
+    for prefix in _PG_PREFIXES:
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            authority = rest.split("/", 1)[0]
+            if ":" in authority.rpartition("@")[0]:
+                return None
+            return "postgresql://" + rest
+    return None
