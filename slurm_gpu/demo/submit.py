@@ -37,17 +37,21 @@ class Submitted:
     job_id: str
 
 
-#: Submission order: with four GPUs, first-in-first-out scheduling then runs the eleven GPUs of
-#: the demo in three full rounds (2+2, 2+1+1, 1+1+1).
+#: Submission order: with four GPUs, first-in-first-out scheduling then runs the eighteen GPUs of
+#: the demo in rounds: 2+2; 2+1+1; the task farm's 2 (its ~75 s) beside 1+1, then 1+1 as those
+#: end; and the four ranks sharing a GPU last, when all four GPUs are free.
 DEMO_ORDER = (
     "healthy",
     "idle-gpu",
     "imbalance",
     "dataloader",
     "small-batch",
+    "task-farm",
     "near-oom",
     "overtime",
     "idle-tail",
+    "busy-empty",
+    "ranks-share-gpu",
 )
 
 #: Patterns submitted with ``--mail-type=END``: their owner gets the e-mail after the job.
