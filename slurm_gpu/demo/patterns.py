@@ -349,11 +349,22 @@ def _run_task(
             _tick(dev, act if working and act is not None else Activity(0.0))
 
 
+#: A rank's own work: it keeps its core busy (launching kernels, polling for their end, MPI
+#: progress) for ``argv[1]`` seconds; its kernels are the driver's ticks.
+_RANK_CODE = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+acc = 0
+while time.monotonic() < end:
+    for k in range(500):
+        acc = (acc * 31 + k * k) % 1000003
+"""
+
+
 def _rank_process(seconds: float) -> subprocess.Popen[bytes]:
-    """A rank: a real process that lives ``seconds`` (its kernels are the driver's ticks)."""
+    """A rank: a real process that keeps its core busy for ``seconds``."""
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(seconds)],
-        stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", _RANK_CODE, str(seconds)], stdin=subprocess.DEVNULL
     )
 
 
@@ -373,7 +384,7 @@ def _run_ranks(
     lo, hi = pattern.memory_frac
     frac = params.memory_frac if params.memory_frac is not None else rng.uniform(lo, hi)
     context_bytes = int(0.4 * GIB)
-    procs = [_rank_process(params.duration_s + 30.0) for _ in range(ranks)]
+    procs = [_rank_process(params.duration_s + 5.0) for _ in range(ranks)]
     try:
         first = devices[0]
         for proc in procs:
