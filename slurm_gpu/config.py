@@ -342,6 +342,11 @@ class AnalysisSettings:
     exclusive_partitions: tuple[str, ...] = _opt(
         [], "Partitions that allocate whole nodes: no CPU, memory or GPU-count reductions there."
     )
+    exclusive_partitions_from_slurm: bool = _opt(
+        True,
+        "The collector also treats the partitions Slurm configures OverSubscribe=EXCLUSIVE "
+        "as whole-node partitions (scontrol show partition, read once per pass).",
+    )
     whole_node_alloc_factor: float = _opt(
         2.0,
         "Allocated CPUs or memory more than this many times the request mark a whole-node "

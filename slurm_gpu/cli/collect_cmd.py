@@ -115,6 +115,31 @@ class _HistoryPrefetch:
         return out
 
 
+def with_slurm_partitions(settings: Settings, runner: Any = None) -> Settings:
+    """``settings`` with the partitions Slurm configures ``OverSubscribe=EXCLUSIVE`` added to
+    ``[analysis] exclusive_partitions`` (when ``exclusive_partitions_from_slurm``); read once
+    per pass. When scontrol fails, the configured list alone, with a warning."""
+    cfg = settings.analysis
+    if not cfg.exclusive_partitions_from_slurm:
+        return settings
+    from slurm_gpu.accounting.partitions import exclusive_partitions, scontrol_path_for
+
+    try:
+        found = exclusive_partitions(
+            scontrol_path_for(settings.accounting.sacct_path),
+            runner=runner,
+            timeout_s=settings.accounting.timeout_s,
+        )
+    except SlurmGpuError as exc:
+        log.warning("exclusive partitions not read from Slurm (%s); using the configured ones", exc)
+        return settings
+    extra = tuple(sorted(found - set(cfg.exclusive_partitions)))
+    if not extra:
+        return settings
+    analysis = dataclasses.replace(cfg, exclusive_partitions=(*cfg.exclusive_partitions, *extra))
+    return dataclasses.replace(settings, analysis=analysis)
+
+
 def _analyse_hook(
     settings: Settings, history: _HistoryPrefetch | None = None
 ) -> tuple[Any, str | None]:
@@ -181,6 +206,7 @@ def _one_pass(
     if not lock.acquire():
         return None
     try:
+        settings = with_slurm_partitions(settings)
         c = settings.collector
         options = CollectorOptions(
             batch_size=settings.accounting.batch_size,
