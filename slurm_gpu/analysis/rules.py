@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from slurm_gpu.analysis.findings import Code, Finding, Number, Scope, Severity
+from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
@@ -331,6 +331,13 @@ def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
         used = max(used, m.host_rss_peak_bytes)
         eff = max(eff, 100.0 * m.host_rss_peak_bytes / per_node)
         if per_node - m.host_rss_peak_bytes < s.mem_unused_min_bytes:
+            return []
+    elif not m.source.host_series and m.nnodes > 1:
+        # No host series from this source: MaxRSS, one task's peak, is at least what one
+        # node used; judged against one node's allocation it never overstates the waste.
+        per_node = m.mem_allocated_bytes / m.nnodes
+        eff = max(eff, 100.0 * used / per_node)
+        if per_node - used < s.mem_unused_min_bytes:
             return []
     severity = grade_below(eff, s.mem_efficiency_max_pct, s)
     if severity is None:
@@ -785,6 +792,11 @@ _EXPLAINING = frozenset({1, 2, 3, 4, 5})
 _EXPLAINING_CODES = frozenset({Code.IDLE_HEAD, Code.IDLE_TAIL, Code.IDLE_PHASES, Code.RAGGED_TAIL})
 
 
+def _explains(code: Code) -> bool:
+    """Whether a finding of ``code`` explains low utilization (``unexplained`` then stays)."""
+    return CODES[code].cause in _EXPLAINING or code in _EXPLAINING_CODES
+
+
 def unexplained(
     m: JobMetrics, job: JobRecord, s: AnalysisSettings, found: Sequence[Finding]
 ) -> list[Finding]:
@@ -807,6 +819,9 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
             skipped.append(rule)
             continue
         found.extend(rule(m, job, s))
-    found.extend(unexplained(m, job, s, found))
+    if not any(_explains(NEEDS_CODE[r.__name__]) for r in skipped):
+        # A rule that could have explained low utilization did not run for want of a
+        # signal: "no rule explains it" would be a guess; the cannot-tell note says why.
+        found.extend(unexplained(m, job, s, found))
     found.extend(cannot_tell(m, skipped, found))
     return tuple(sorted(found, key=lambda f: -f.severity.rank))
