@@ -276,6 +276,7 @@ def _summary(report: Any) -> str:
         ("analysis_failed", "analysis failed"),
         ("admin_comment_written", "AdminComment written"),
         ("admin_comment_failed", "AdminComment not written"),
+        ("source_errors", "left for the next pass (source not read)"),
     ):
         if getattr(report, name):
             parts.append(f"{len(getattr(report, name))} {label}")
@@ -356,9 +357,8 @@ def cli(
             click.echo(json.dumps(_as_dict(report)))
         else:
             click.echo(_summary(report))
-        if report.errors:
-            for line in report.errors:
-                click.echo(f"slurm-gpu collect: {line}", err=True)
+        for line in (*report.errors, *report.source_errors):
+            click.echo(f"slurm-gpu collect: {line}", err=True)
         if job_id is not None:
             if job_id in report.ingested or time.monotonic() >= deadline:
                 break

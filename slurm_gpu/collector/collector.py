@@ -266,6 +266,9 @@ class CollectReport:
     accounting_mismatch: tuple[str, ...] = ()
     """Jobs not stored because accounting disagrees with their sealed records (owner uid or
     node list, ``collector.crosscheck``); their records are in quarantine."""
+    source_errors: tuple[str, ...] = ()
+    """One line per job a pulled source could not be read for (``collector.pull``; the job
+    is retried at the next pass)."""
 
 
 @dataclass
@@ -282,6 +285,7 @@ class PassTally:
     admin_comment_written: list[str] = field(default_factory=list)
     admin_comment_failed: list[str] = field(default_factory=list)
     accounting_mismatch: list[str] = field(default_factory=list)
+    source_errors: list[str] = field(default_factory=list)
 
     def report(self) -> CollectReport:
         return CollectReport(
@@ -297,6 +301,7 @@ class PassTally:
             admin_comment_written=tuple(self.admin_comment_written),
             admin_comment_failed=tuple(self.admin_comment_failed),
             accounting_mismatch=tuple(self.accounting_mismatch),
+            source_errors=tuple(self.source_errors),
         )
 
 

@@ -143,8 +143,9 @@ class PullCollector:
     def run_once(self) -> CollectReport:
         """One pull pass. Raises ``ConfigError`` when the state directory is not root's alone
         or a configured source cannot be made, ``StoreError`` when the store cannot be
-        written (the watermark then stays). Accounting and source failures are reported in
-        ``CollectReport.errors`` and their jobs are retried by the next pass."""
+        written (the watermark then stays). Accounting failures are reported in
+        ``CollectReport.errors``, source failures in ``source_errors``; their jobs are retried
+        by the next pass."""
         acc = PassTally()
         if not self.source_map.pulled:
             return acc.report()
@@ -234,12 +235,12 @@ class PullCollector:
         except TelemetryUnavailableError as exc:
             msg = f"job {job.job_id}: {name} unavailable ({exc}); retried at the next pass"
             log.error(msg)
-            acc.errors.append(msg)
+            acc.source_errors.append(msg)
             return None
         except Exception as exc:  # a source bug must not end the pass for the other jobs
             msg = f"job {job.job_id}: reading {name} failed ({exc}); retried at the next pass"
             log.exception(msg)
-            acc.errors.append(msg)
+            acc.source_errors.append(msg)
             return None
         nodes = _own_nodes(job, result, name)
         missing = _missing_hosts(job, nodes)

@@ -148,7 +148,7 @@ def test_a_source_that_cannot_be_read_leaves_the_job_for_the_next_pass(env: Env)
     job = _add(env, "20")
     env.source.fail = TelemetryUnavailableError("prometheus: connection refused")
     report = env.run()
-    assert report.ingested == () and "connection refused" in report.errors[0]  # type: ignore[attr-defined]
+    assert report.ingested == () and "connection refused" in report.source_errors[0]  # type: ignore[attr-defined]
     assert env.stored("20") is None
     assert job.end_s is not None and env.mark() <= job.end_s
     env.source.fail = None
@@ -160,7 +160,7 @@ def test_a_source_bug_fails_one_job_not_the_pass(env: Env) -> None:
     _add(env, "21")
     env.source.fail = ValueError("bad series")
     report = env.run()
-    assert report.ingested == () and "bad series" in report.errors[0]  # type: ignore[attr-defined]
+    assert report.ingested == () and "bad series" in report.source_errors[0]  # type: ignore[attr-defined]
 
 
 def test_nodes_without_data_are_stored_missing_and_the_job_partial(env: Env) -> None:
