@@ -10,7 +10,7 @@ the unit tests, tests/data/sacct_tres). What this test shows on the cluster's ow
 * ``slurm-gpu collect --once`` with ``[source] default = "slurm-tres"`` finds the finished
   job through accounting alone (an empty spool: nothing comes from the hooks), and stores it
   with telemetry ``missing`` and its node listed missing, since the source had no GPU
-  reading for it; nothing is guessed and the job's findings say so (``NO_TELEMETRY``);
+  reading for it; nothing is judged from readings that do not exist;
 * a second pass does not store it again (watermark in the private state directory), and a
   partition configured ``none`` is not collected at all.
 """
@@ -78,7 +78,9 @@ def test_a_job_is_collected_from_slurm_accounting_alone(tmp_path: Path, job_dir:
         assert got is not None
         assert got.telemetry == TELEMETRY_MISSING
         assert tuple(got.missing_hosts) == (slurmtools.node_name(),)
-        assert "NO_TELEMETRY" in {f.code for f in got.findings}
+        # Nothing judged from readings that do not exist (the job is also too short).
+        codes = {f.code for f in got.findings}
+        assert not codes & {"GPU_UNUSED", "IDLE_HEAD", "IDLE_TAIL", "LOW_PARALLELISM"}, codes
     again = _collect(cfg)
     assert again.returncode == 0, again.stderr
     assert f'"{job_id}"' not in again.stdout  # stored once; the next pass skips it
