@@ -231,3 +231,9 @@ def test_the_cannot_tell_note_renders_with_the_source_label() -> None:
     _, text = wording(env, note)
     assert text.startswith("Cannot tell from dcgm-exporter via Prometheus: ")
     assert "whether data loading held the GPUs back" in text
+
+
+def test_every_rule_named_in_needs_is_a_rule_that_runs() -> None:
+    from slurm_gpu.analysis.rules import RULES
+
+    assert set(NEEDS) <= {r.__name__ for r in RULES}
