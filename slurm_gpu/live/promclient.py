@@ -128,6 +128,31 @@ class PrometheusClient:
             ) from None
         return parse_vector(raw)
 
+    def listen_address(self) -> str:
+        """Prometheus' ``--web.listen-address`` from ``/api/v1/status/flags`` (``slurm-gpu
+        doctor``); raises ``PrometheusUnavailableError``."""
+        url = f"{self.base_url}/api/v1/status/flags"
+        try:
+            raw = self._fetch(url, self.timeout_s)
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.base_url} is unreachable ({reason})",
+                hint="check live.prometheus_url",
+            ) from None
+        try:
+            address = json.loads(raw)["data"]["web.listen-address"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PrometheusUnavailableError(
+                f"Prometheus' flags are not readable ({exc})",
+                hint="is live.prometheus_url Prometheus' base URL?",
+            ) from None
+        if not isinstance(address, str):
+            raise PrometheusUnavailableError(
+                "Prometheus' flags name no listen address", hint="check live.prometheus_url"
+            )
+        return clean_user_text(address, 256)
+
 
 def _error_of(body: bytes) -> str:
     try:
