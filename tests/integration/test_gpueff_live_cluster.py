@@ -138,3 +138,43 @@ def test_without_prometheus_the_owner_is_told_live_numbers_are_not_here(
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Live numbers are not available from this host" in res.stdout
     assert "busy" not in res.stdout
+
+
+FETCH = (
+    "import sys, urllib.request, urllib.error\n"
+    "try:\n"
+    "    r = urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+    "    print(r.status); print(r.read().decode())\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    print(e.code); print(e.read().decode())\n"
+)
+
+
+def _fetch_as(user: str | None, url: str) -> tuple[int, str]:
+    res = slurmtools.run_as(user, [str(slurmtools.venv_python()), "-I", "-c", FETCH, url], cwd="/")
+    status, _, body = res.stdout.partition("\n")
+    return int(status), body
+
+
+def test_another_user_cannot_scrape_the_nodes_exporter(running_job: str) -> None:
+    live = _settings().live
+    url = f"http://{live.exporter_address}:{live.exporter_port}/metrics"
+    status, body = _fetch_as("sgtest2", url)
+    assert status == 403
+    assert f'job_id="{running_job}"' not in body and "sgtest1" not in body
+    # Root (and the prometheus account that scrapes it) are served: the job is there.
+    status, body = _fetch_as(None, url)
+    assert status == 200 and f'job_id="{running_job}"' in body
+
+
+def test_doctor_warns_that_local_users_reach_the_loopback_prometheus() -> None:
+    from slurm_gpu.cli.doctor_cmd import CHECKS
+
+    skip = [a for c in CHECKS if c != "live" for a in ("--skip", c)]
+    slurm_gpu = slurmtools.venv_python().parent / "slurm-gpu"
+    cfg = str(slurmtools.slurm_gpu_config_path())
+    res = slurmtools.run_as(None, [str(slurm_gpu), "--config", cfg, "doctor", *skip], check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if " live " in ln)
+    assert "warn" in line and "PrivateData=jobs" in line
+    assert "Prometheus listens on loopback (127.0.0.1:" in line
