@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpu.live.exporter import ExporterOptions, make_server
-from slurm_gpu.live.peeruid import connection_uid, is_loopback, peer_uid
+from slurm_gpu.live.peeruid import connection_uid, diag_uid, is_loopback, peer_uid
 from tests.unit.test_live_exporter import run_sampler
 
 NOBODY = 65534
@@ -64,6 +64,44 @@ def test_ipv6_loopback_and_a_v4_client_of_a_dual_stack_listener() -> None:
     finally:
         for s in (listener, client, accepted):
             s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as nobody")
+@pytest.mark.parametrize(
+    ("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+)
+def test_netlink_and_the_table_name_another_users_client_socket(family: int, host: str) -> None:
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind((host, 0))
+    except OSError:
+        pytest.skip(f"no {host}")
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    hold = (
+        "import socket, sys\n"
+        f"s = socket.create_connection(({host!r}, {port}), timeout=10)\n"
+        "s.recv(1)\n"
+    )
+    client = subprocess.Popen(
+        [sys.executable, "-I", "-c", hold], cwd="/", user=NOBODY, group=NOBODY, extra_groups=[]
+    )
+    try:
+        listener.settimeout(20)
+        conn, _ = listener.accept()
+        ends = (conn.getpeername()[:2], conn.getsockname()[:2])
+        assert diag_uid(*ends) == NOBODY
+        assert peer_uid(*ends) == NOBODY
+        assert connection_uid(conn) == NOBODY
+        conn.sendall(b"x")
+        conn.close()
+    finally:
+        client.wait(timeout=20)
+        listener.close()
+
+
+def test_netlink_knows_no_socket_that_does_not_exist() -> None:
+    assert diag_uid(("127.0.0.1", 1), ("127.0.0.1", 2)) is None
 
 
 def test_a_connection_not_in_the_table_has_no_owner(tmp_path: Path) -> None:
