@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -151,14 +152,54 @@ FETCH = (
 
 
 def _fetch_as(user: str | None, url: str) -> tuple[int, str]:
-    res = slurmtools.run_as(user, [str(slurmtools.venv_python()), "-I", "-c", FETCH, url], cwd="/")
+    argv = [str(slurmtools.venv_python()), "-I", "-c", FETCH, url]
+    res = slurmtools.run_as(user, argv, cwd="/", check=False)
+    if res.returncode != 0:
+        return 0, res.stderr  # no HTTP answer (not listening yet)
     status, _, body = res.stdout.partition("\n")
     return int(status), body
 
 
-def test_another_user_cannot_scrape_the_nodes_exporter(running_job: str) -> None:
-    live = _settings().live
-    url = f"http://{live.exporter_address}:{live.exporter_port}/metrics"
+@pytest.fixture
+def exporter_url() -> Iterator[str]:
+    """A node exporter of this checkout, as root with the cluster's configuration (its live
+    files, its default exporter_allowed_users), on a free loopback port: the cluster's own
+    exporter is whichever checkout last restarted the cluster."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    venv = slurmtools.venv_python()
+    proc = subprocess.Popen(
+        [
+            str(venv),
+            "-I",
+            str(venv.parent / "slurm-gpu"),
+            "--config",
+            str(slurmtools.slurm_gpu_config_path()),
+            "exporter",
+            "--port",
+            str(port),
+        ],
+        cwd="/",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if _fetch_as(None, url)[0] == 200:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, "exporter never answered"
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_another_user_cannot_scrape_the_nodes_exporter(running_job: str, exporter_url: str) -> None:
+    url = exporter_url
     status, body = _fetch_as("sgtest2", url)
     assert status == 403
     assert f'job_id="{running_job}"' not in body and "sgtest1" not in body
