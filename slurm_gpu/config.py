@@ -505,6 +505,11 @@ class LiveSettings:
         "Prometheus on another host.",
     )
     exporter_port: int = _opt(9817, "Port slurm-gpu exporter listens on.", min=1, max=65535)
+    exporter_allowed_users: tuple[str, ...] = _opt(
+        ["prometheus"],
+        "Accounts besides root whose connections from this host (loopback) the exporter "
+        "serves (the local Prometheus); other local users get 403.",
+    )
     stale_after_s: float = _opt(
         180.0,
         "A live summary whose last reading is older than this is left out, seconds.",
