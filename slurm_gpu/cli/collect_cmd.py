@@ -190,7 +190,13 @@ def _one_pass(
             missing_grace_s=c.missing_grace_s,
             done_retention_s=c.done_retention_s,
         )
+        check_transport(settings)
         with open_store(settings) as store:
+            inbox = None
+            if settings.ship.transport == "postgresql":
+                from slurm_gpu.store.inbox import PgInbox
+
+                inbox = PgInbox(store.engine)
             accounting = _HistoryPrefetch(open_accounting(settings), store, settings)
             analyse, version = _analyse_hook(settings, accounting)
             options = dataclasses.replace(options, analysis_version=version)
@@ -203,9 +209,27 @@ def _one_pass(
                 analyse=analyse,
                 admin_comment=admin_comment,
                 reports=report_prerenderer(settings, store),
+                inbox=inbox,
             ).run_once(job_id, missing_pass=missing, only=only)
     finally:
         lock.release()
+
+
+def check_transport(settings: Settings) -> None:
+    """The PostgreSQL inbox lives in the store's own server: refuse it for a SQLite store
+    (``ConfigError``)."""
+    if settings.ship.transport != "postgresql":
+        return
+    if not settings.store_url.startswith("postgresql"):
+        scheme = settings.store_url.split(":", 1)[0].split("+", 1)[0]
+        kind = "SQLite" if scheme == "sqlite" else (scheme or "not PostgreSQL")
+        raise ConfigError(
+            f"ship.transport = postgresql needs a PostgreSQL store, and the store is {kind}",
+            key="ship.transport",
+            path=settings.path,
+            hint="set [store] url to the PostgreSQL server the nodes push to, or set [ship] "
+            'transport = "directory" (a shared inbox_dir)',
+        )
 
 
 def _summary(report: Any) -> str:

@@ -72,6 +72,12 @@ def _m5_row_security(conn: Connection) -> None:
     enable_row_security(conn)
 
 
+def _m8_record_inbox(conn: Connection) -> None:
+    from slurm_gpu.store.inbox import create_inbox
+
+    create_inbox(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -86,6 +92,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         5,
         "PostgreSQL: row-level security (each role reads the jobs Slurm shows it)",
         _m5_row_security,
+    ),
+    # 6 and 7 are numbers taken by other changes of this release.
+    Migration(
+        8,
+        "PostgreSQL: record inbox for nodes without a shared filesystem (insert-only role)",
+        _m8_record_inbox,
     ),
 )
 
