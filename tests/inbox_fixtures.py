@@ -9,6 +9,7 @@ a random name.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import secrets
@@ -28,10 +29,17 @@ from slurm_gpu.capture.pgship import PgTarget
 RUN_DIR = "/var/lib/slurm-gpu-testpg/run"
 
 
+@functools.cache
+def base_url() -> str:
+    """The test database's URL, asked of ``share/testpg/start`` once per process (it alters
+    the collector role's password each time; two at once can fail)."""
+    return postgres_url()
+
+
 def superuser(sql: str) -> None:
     """Run ``sql`` as the ``postgres`` superuser (peer authentication over the socket)."""
     psql = sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"))[-1]
-    url = make_url(postgres_url())
+    url = make_url(base_url())
     port = str(url.port or 5432)
     argv = ["runuser", "-u", "postgres", "--", psql, "-h", RUN_DIR, "-p", port]
     argv += ["-d", str(url.database), "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql]
@@ -83,7 +91,7 @@ def inbox_db(tmp: Path) -> Iterator[InboxDb]:
     from slurm_gpu.store import Store
     from slurm_gpu.store.inbox import grant_node_role
 
-    base = postgres_url()
+    base = base_url()
     schema = f"t_{uuid.uuid4().hex[:16]}"
     role = f"sgnode{secrets.token_hex(4)}"
     password = secrets.token_hex(16)
