@@ -50,6 +50,14 @@ def _rls_missing(settings: object) -> list[str]:
         return tables_without_rls(store.engine)
 
 
+def _node_role_excess(settings: object) -> list[str]:
+    from slurm_gpu.store import open_store
+    from slurm_gpu.store.inbox import node_role_excess
+
+    with open_store(settings, readonly=True) as store:  # type: ignore[arg-type]
+        return node_role_excess(store.engine)
+
+
 #: The checks, in the order they run; each can be skipped with --skip.
 CHECKS = (
     "config",
@@ -63,11 +71,12 @@ CHECKS = (
     "accounting",
     "store",
     "visibility",
+    "transport",
 )
 
 #: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
 #: configuration file that is not trusted, whose sacct_path or store URL another account chose.
-ACTING = ("telemetry", "accounting", "store", "visibility")
+ACTING = ("telemetry", "accounting", "store", "visibility", "transport")
 
 
 @click.command("doctor")
@@ -84,7 +93,8 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     Also flags unsafe choices: a configuration file another account can write, code root
     runs that another account can change, a state directory shared with another account, the
     virtual GPU backend, a sampler without limits, a spool that is not 0700, and any place a
-    user could read another user's stored jobs (visibility).
+    user could read another user's stored jobs (visibility), and a node credential of the
+    PostgreSQL inbox that may do more than insert records (transport).
     """
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.telemetry import open_source
@@ -108,6 +118,9 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
             settings,
             functools.partial(_private_data, settings),
             functools.partial(_rls_missing, settings),
+        ),
+        "transport": lambda: doctor.check_transport(
+            settings, functools.partial(_node_role_excess, settings)
         ),
     }
     if not trusted:

@@ -24,10 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inbox_fixtures import InboxDb, inbox_db
 from store_fixtures import FakeAccounting, make_job, make_node
 
+from slurm_gpu import doctor
 from slurm_gpu.capture import spool
 from slurm_gpu.capture.pgship import PgTarget, connect_params, record_digest, ship_postgresql
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.collector import Collector, CollectorOptions
+from slurm_gpu.config import Settings, parse_settings
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
 from slurm_gpu.store.inbox import PUBLIC_TABLES, PgInbox, node_role_excess
@@ -163,6 +165,45 @@ def test_doctor_lists_a_node_role_granted_more_than_insert(db: InboxDb) -> None:
         ]
     finally:
         engine.dispose()
+
+
+def test_doctor_transport_check(db: InboxDb, tmp_path: Path) -> None:
+    def settings(**ship: str) -> Settings:
+        return parse_settings(
+            {"store": {"url": db.url}, "ship": {"transport": "postgresql", **ship}}, path=None
+        )
+
+    engine = sa.create_engine(db.url)
+    try:
+        ok = doctor.check_transport(settings(), lambda: node_role_excess(engine))
+        assert ok.status is doctor.Status.OK, ok
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"GRANT DELETE ON record_inbox TO {db.role}")
+        bad = doctor.check_transport(settings(), lambda: node_role_excess(engine))
+        assert (
+            bad.status is doctor.Status.FAIL and f"{db.role}: DELETE on record_inbox" in bad.detail
+        )
+    finally:
+        engine.dispose()
+    secret = tmp_path / "pw"
+    secret.write_text("x\n")
+    secret.chmod(0o640)
+    node = parse_settings(
+        {
+            "ship": {
+                "transport": "postgresql",
+                "postgresql_dsn": db.dsn,
+                "password_file": str(secret),
+            }
+        },
+        path=None,
+    )
+    check = doctor.check_transport(node)
+    assert check.status is doctor.Status.FAIL and "0640" in check.detail
+    secret.chmod(0o600)
+    assert doctor.check_transport(node).status is doctor.Status.OK
+    nowhere = parse_settings({"ship": {"transport": "postgresql"}}, path=None)
+    assert doctor.check_transport(nowhere).status is doctor.Status.FAIL
 
 
 # ----------------------------------------------------------------- node to store
