@@ -8,6 +8,10 @@ stored. All four start together; "end to end" is from their start to the collect
 commit. Records: one node per job, one hour at the default 10 s interval (360 readings and
 timeline points), noisy utilization and power (``bench_collect.make_record``).
 
+``--transports postgresql directory`` runs the same with the directory inbox in turn (the three
+shippers copy into a local ``inbox_dir``, the collector reads it): the same collector, machine
+and load, so the difference between the two rows is the PostgreSQL transport's own cost.
+
 Left out on purpose, to measure the transport: accounting is an in-process dict (the real
 collector asks ``sacct`` once per 500 jobs: about 1 ms per job, ``docs/performance.md``), the
 analysis is not run, and no report is rendered.
@@ -46,6 +50,7 @@ from store_fixtures import FakeAccounting, make_job  # noqa: E402
 
 from slurm_gpu.capture import spool  # noqa: E402
 from slurm_gpu.capture.pgship import ship_postgresql  # noqa: E402
+from slurm_gpu.capture.ship import ship  # noqa: E402
 from slurm_gpu.collector import Collector, CollectorOptions  # noqa: E402
 from slurm_gpu.store import Store  # noqa: E402
 from slurm_gpu.store.inbox import PgInbox  # noqa: E402
@@ -86,7 +91,13 @@ def _timed(obj: Any, name: str, totals: dict[str, float], key: str) -> None:
 
 
 def collector_proc(
-    db: InboxDb, root: str, hosts: dict[str, str], n_gpus: int, start: Any, out: Any
+    db: InboxDb,
+    root: str,
+    hosts: dict[str, str],
+    n_gpus: int,
+    start: Any,
+    out: Any,
+    transport: str,
 ) -> None:
     totals: dict[str, float] = {}
     _timed(PgInbox, "pending", totals, "read rows")
@@ -96,6 +107,7 @@ def collector_proc(
     jobs = {jid: make_job(jid, gpus=n_gpus, nodes=(h,)) for jid, h in hosts.items()}
     empty = Path(root) / "collector-spool"
     empty.mkdir(exist_ok=True)
+    pg = transport == "postgresql"
     start.wait()
     t0, c0 = time.perf_counter(), time.process_time()
     stored = 0
@@ -103,10 +115,10 @@ def collector_proc(
         collector = Collector(
             store=store,
             accounting=FakeAccounting(jobs),
-            spool_dir=str(empty),
+            spool_dir=str(empty) if pg else str(Path(root) / "inbox"),
             state_dir=str(Path(root) / "state"),
             options=CollectorOptions(batch_size=500),
-            inbox=PgInbox(store.engine),
+            inbox=PgInbox(store.engine) if pg else None,
         )
         passes = 0
         while stored < len(jobs):
@@ -129,11 +141,14 @@ def collector_proc(
     )
 
 
-def shipper_proc(db: InboxDb, root: str, host: str, start: Any, out: Any) -> None:
+def shipper_proc(db: InboxDb, root: str, host: str, start: Any, out: Any, transport: str) -> None:
     target = db.target()
     start.wait()
     t0, c0 = time.perf_counter(), time.process_time()
-    result = ship_postgresql(str(Path(root) / host), target)
+    if transport == "postgresql":
+        result = ship_postgresql(str(Path(root) / host), target)
+    else:
+        result = ship(str(Path(root) / host), str(Path(root) / "inbox"))
     out.put(
         (
             host,
@@ -147,18 +162,19 @@ def shipper_proc(db: InboxDb, root: str, host: str, start: Any, out: Any) -> Non
     )
 
 
-def run(n_jobs: int, n_gpus: int, workdir: Path) -> dict[str, Any]:
+def run(n_jobs: int, n_gpus: int, workdir: Path, transport: str) -> dict[str, Any]:
     root = workdir / f"run-{n_jobs}-{n_gpus}-{time.monotonic_ns()}"
     hosts = fill_spools(root, n_jobs, n_gpus)
+    (root / "inbox").mkdir(mode=0o700)
     size = (root / NODES[0] / str(FIRST_ID) / f"{NODES[0]}.record").stat().st_size
     ctx = multiprocessing.get_context("fork")
     with inbox_db(workdir) as db:
         start, out = ctx.Event(), ctx.Queue()
-        procs = [
-            ctx.Process(target=collector_proc, args=(db, str(root), hosts, n_gpus, start, out))
-        ]
+        args = (db, str(root), hosts, n_gpus, start, out, transport)
+        procs = [ctx.Process(target=collector_proc, args=args)]
         procs += [
-            ctx.Process(target=shipper_proc, args=(db, str(root), h, start, out)) for h in NODES
+            ctx.Process(target=shipper_proc, args=(db, str(root), h, start, out, transport))
+            for h in NODES
         ]
         for p in procs:
             p.start()
@@ -197,36 +213,51 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=[3000])
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration")
+    ap.add_argument(
+        "--transports",
+        nargs="+",
+        choices=("postgresql", "directory"),
+        default=["postgresql"],
+        help="run each configuration with these transports, alternately",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pg-transport-") as tmp:
         print(f"{args.repeat} run(s) each; 3 shippers and 1 collector, started together")
         print(
-            "| jobs | GPUs/job | record KB | end to end jobs/s median (min–max) | "
+            "| transport | jobs | GPUs/job | record KB | end to end jobs/s median (min–max) | "
             "shipped records/s (3 nodes) | ship ms/record (CPU) | collector CPU ms/job | "
             "collector ms/job: read rows / decode / done copies / store transaction | "
             "load avg (1 min) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
         for n_gpus in args.gpus:
             for n in args.jobs:
-                runs = [run(n, n_gpus, Path(tmp)) for _ in range(args.repeat)]
-                rates = sorted(r["end_to_end_jobs_per_s"] for r in runs)
-                med = statistics.median
-                steps = " / ".join(
-                    f"{med(r['steps_ms_per_job'][k] for r in runs):.2f}"
-                    for k in runs[0]["steps_ms_per_job"]
-                )
-                loads = [r["load"] for r in runs]
-                print(
-                    f"| {n:,} | {n_gpus} | {runs[0]['record_kb']:.0f} | {med(rates):.0f} "
-                    f"({rates[0]:.0f}–{rates[-1]:.0f}) | "
-                    f"{med(r['shipped_per_s'] for r in runs):.0f} | "
-                    f"{med(r['ship_ms_per_record'] for r in runs):.2f} "
-                    f"({med(r['ship_cpu_ms_per_record'] for r in runs):.2f}) | "
-                    f"{med(r['collector_cpu_ms_per_job'] for r in runs):.2f} | {steps} | "
-                    f"{min(loads):.1f}–{max(loads):.1f} |",
-                    flush=True,
-                )
+                by: dict[str, list[dict[str, Any]]] = {t: [] for t in args.transports}
+                for _ in range(args.repeat):
+                    for t in args.transports:
+                        by[t].append(run(n, n_gpus, Path(tmp), t))
+                for t, runs in by.items():
+                    row(t, n, n_gpus, runs)
+
+
+def row(transport: str, n: int, n_gpus: int, runs: list[dict[str, Any]]) -> None:
+    """One Markdown table row: medians of ``runs``."""
+    rates = sorted(r["end_to_end_jobs_per_s"] for r in runs)
+    med = statistics.median
+    steps = " / ".join(
+        f"{med(r['steps_ms_per_job'][k] for r in runs):.2f}" for k in runs[0]["steps_ms_per_job"]
+    )
+    loads = [r["load"] for r in runs]
+    print(
+        f"| {transport} | {n:,} | {n_gpus} | {runs[0]['record_kb']:.0f} | {med(rates):.0f} "
+        f"({rates[0]:.0f}–{rates[-1]:.0f}) | "
+        f"{med(r['shipped_per_s'] for r in runs):.0f} | "
+        f"{med(r['ship_ms_per_record'] for r in runs):.2f} "
+        f"({med(r['ship_cpu_ms_per_record'] for r in runs):.2f}) | "
+        f"{med(r['collector_cpu_ms_per_job'] for r in runs):.2f} | {steps} | "
+        f"{min(loads):.1f}–{max(loads):.1f} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
