@@ -157,7 +157,14 @@ def ship_postgresql(
             todo.append((sealed, local))
     if not todo:
         return ShipResult((), ())
-    import psycopg
+    try:
+        import psycopg
+    except ImportError:
+        raise ConfigError(
+            "ship.transport = postgresql, but psycopg is not installed on this node",
+            key="ship.transport",
+            hint="install slurm-gpu[postgresql] here, or use the directory transport",
+        ) from None
 
     try:
         conn = (connect or _connect)(target)
