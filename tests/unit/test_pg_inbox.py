@@ -94,7 +94,11 @@ def test_the_node_role_may_insert_into_the_inbox_and_the_collector_role_sees_it(
         f"VALUES ('7', 'n1', '{record_digest(data)}', '\\x{data.hex()}')"
     )
     assert db.scalar("SELECT sent_by FROM record_inbox") == db.role
-    assert node_role_excess(sa.create_engine(db.url)) == []
+    engine = sa.create_engine(db.url)
+    try:
+        assert node_role_excess(engine) == []
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize(
@@ -310,12 +314,14 @@ def test_bad_records_are_quarantined_once_and_the_pass_goes_on(db: InboxDb, tmp_
 
     assert "51" in report.ingested  # type: ignore[attr-defined]
     assert db.scalar("SELECT count(*) FROM record_inbox") == 0
-    reasons = dict(
-        sa.create_engine(db.url)
-        .connect()
-        .exec_driver_sql("SELECT job_id, reason FROM record_quarantine")
-        .all()
-    )
+    engine = sa.create_engine(db.url)
+    try:
+        with engine.connect() as conn:
+            reasons = dict(
+                conn.exec_driver_sql("SELECT job_id, reason FROM record_quarantine").all()
+            )
+    finally:
+        engine.dispose()
     assert sorted(reasons) == ["52", "53", "54"]
     assert "not JSON" in reasons["52"] and "job 99" in reasons["53"]
     assert "SHA-256" in reasons["54"]
