@@ -299,7 +299,8 @@ class CollectReport:
     no_accounting: tuple[str, ...] = ()
     """Left in the spool: accounting does not know the job (yet)."""
     quarantined: tuple[str, ...] = ()
-    """Paths of the files moved to quarantine."""
+    """Paths of the files moved to quarantine (``postgresql inbox: <job>/<host>`` for rows
+    moved to the inbox's quarantine table)."""
     analysis_failed: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     """One line per accounting failure (the affected jobs stay in the spool)."""
