@@ -152,6 +152,34 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class ShipSettings:
+    """How ``slurm-gpu ship`` moves a node's sealed records to the collector."""
+
+    transport: str = _opt(
+        "directory",
+        "directory: copy into paths.inbox_dir (a shared filesystem); postgresql: insert into "
+        "the store's inbox table (no shared filesystem; the store must be PostgreSQL).",
+        choices=("directory", "postgresql"),
+    )
+    postgresql_dsn: str = _opt(
+        "",
+        "libpq connection string of the node's inbox role (host=... dbname=... user=...); no "
+        "password here: password_file, or peer/certificate authentication (sslcert=...).",
+    )
+    password_file: str = _opt(
+        "",
+        "File holding the inbox role's password (root's, mode 0600 or 0400); empty: none "
+        "(peer or certificate authentication).",
+    )
+    connect_timeout_s: int = _opt(
+        10, "Longest wait for the PostgreSQL server to answer a connection.", min=2, max=300
+    )
+    statement_timeout_s: float = _opt(
+        30.0, "Longest one INSERT may run (also bounds a silent network).", min=1, max=3600
+    )
+
+
+@dataclass(frozen=True)
 class CollectorSettings:
     node_wait_s: float = _opt(
         600.0, "Wait this long for every node's record of a multi-node job.", min=0
@@ -620,6 +648,7 @@ class Settings:
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
+    ship: ShipSettings = field(default_factory=ShipSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     gpueff: GpueffSettings = field(default_factory=GpueffSettings)
     mail: MailSettings = field(default_factory=MailSettings)

@@ -539,3 +539,59 @@ def check_live_exposure(
         return Check("live", Status.WARN, f"{policy}: {what}", "; ".join(h for _, h in warnings))
     detail = f"{policy}: exporter on {live.exporter_address}"
     return Check("live", Status.OK, "; ".join([detail, *notes]))
+
+
+def check_transport(
+    settings: Settings, node_role_excess: Callable[[], list[str]] | None = None
+) -> Check:
+    """How records reach the collector (``[ship] transport``). PostgreSQL: the node's
+    password file must be root's alone, the store must be PostgreSQL, and ``node_role_excess``
+    (the collector's view, ``store.inbox.node_role_excess``) must find no inbox role allowed
+    more than inserting records."""
+    ship = settings.ship
+    if ship.transport != "postgresql":
+        where = settings.paths.inbox_dir or f"{settings.paths.spool_dir} (no inbox)"
+        return Check("transport", Status.OK, f"directory: records reach the collector in {where}")
+    problems: list[tuple[str, str]] = []
+    if ship.password_file:
+        reason = untrusted_reason(ship.password_file)
+        try:
+            st = os.stat(ship.password_file)
+            if reason is None and st.st_mode & 0o077:
+                reason = f"{ship.password_file} is mode {_mode(st)}: others may read it"
+        except OSError as exc:
+            reason = reason or f"{ship.password_file}: {exc.strerror}"
+        if reason is not None:
+            problems.append((reason, f"chown root and chmod 0600 {ship.password_file}"))
+    collector_side = settings.store_url.startswith("postgresql")
+    if not ship.postgresql_dsn and not collector_side:
+        problems.append(
+            (
+                "ship.postgresql_dsn is empty and the store is not PostgreSQL",
+                "on nodes set ship.postgresql_dsn; on the collector set [store] url to the "
+                "PostgreSQL server the nodes push to",
+            )
+        )
+    excess: list[str] = []
+    if collector_side and node_role_excess is not None:
+        try:
+            excess = node_role_excess()
+        except Exception as exc:  # StoreError, or the driver's: report, do not crash doctor
+            return Check("transport", Status.WARN, f"inbox roles not checked: {exc}")
+        if excess:
+            problems.append(
+                (
+                    "node roles may do more than insert records: " + ", ".join(excess),
+                    "revoke those privileges: a node's credential must only push records "
+                    "(slurm-gpu store grant-node ROLE grants exactly that; docs/transport.md)",
+                )
+            )
+    if problems:
+        return Check(
+            "transport",
+            Status.FAIL,
+            "postgresql: " + "; ".join(p for p, _ in problems),
+            "; ".join(h for _, h in problems),
+        )
+    side = "inbox roles insert-only" if collector_side else "node pushes records"
+    return Check("transport", Status.OK, f"postgresql: {side}")

@@ -53,10 +53,17 @@ def ship(spool_dir: str, inbox_dir: str) -> ShipResult:
         except OSError as exc:
             failed.append((name, exc.strerror or str(exc)))
             continue
-        for suffix in _LOCAL_SUFFIXES:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(local.job_dir, sealed.hostname + suffix))
-        with contextlib.suppress(OSError):
-            os.rmdir(local.job_dir)  # only when empty
+        remove_local(local)
         shipped.append(name)
     return ShipResult(tuple(shipped), tuple(failed))
+
+
+def remove_local(local: JobSpool) -> None:
+    """Remove a shipped record's node-local files, and its job directory once empty. Called
+    only after the record reached the collector's side (renamed into the inbox, or its INSERT
+    committed)."""
+    for suffix in _LOCAL_SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(local.job_dir, local.hostname + suffix))
+    with contextlib.suppress(OSError):
+        os.rmdir(local.job_dir)  # only when empty

@@ -216,8 +216,14 @@ def _one_pass(
             missing_grace_s=c.missing_grace_s,
             done_retention_s=c.done_retention_s,
         )
+        check_transport(settings)
         source_map = _source_map(settings)
         with open_store(settings) as store:
+            inbox = None
+            if settings.ship.transport == "postgresql":
+                from slurm_gpu.store.inbox import PgInbox
+
+                inbox = PgInbox(store.engine)
             accounting = _HistoryPrefetch(open_accounting(settings), store, settings)
             analyse, version = _analyse_hook(settings, accounting)
             options = dataclasses.replace(options, analysis_version=version)
@@ -232,6 +238,7 @@ def _one_pass(
                 admin_comment=admin_comment,
                 reports=reports,
                 uses_hooks=source_map.uses_hooks,
+                inbox=inbox,
             ).run_once(job_id, missing_pass=missing, only=only)
             if job_id is not None or only is not None or not source_map.pulled:
                 return pushed
@@ -287,6 +294,23 @@ def _pull_pass(
         return merged(pushed, pulled)
 
     return run
+
+
+def check_transport(settings: Settings) -> None:
+    """The PostgreSQL inbox lives in the store's own server: refuse it for a SQLite store
+    (``ConfigError``)."""
+    if settings.ship.transport != "postgresql":
+        return
+    if not settings.store_url.startswith("postgresql"):
+        scheme = settings.store_url.split(":", 1)[0].split("+", 1)[0]
+        kind = "SQLite" if scheme == "sqlite" else (scheme or "not PostgreSQL")
+        raise ConfigError(
+            f"ship.transport = postgresql needs a PostgreSQL store, and the store is {kind}",
+            key="ship.transport",
+            path=settings.path,
+            hint="set [store] url to the PostgreSQL server the nodes push to, or set [ship] "
+            'transport = "directory" (a shared inbox_dir)',
+        )
 
 
 def _summary(report: Any) -> str:

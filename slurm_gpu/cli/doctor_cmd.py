@@ -73,6 +73,14 @@ def _prometheus_listen(settings: object) -> str:
     return PrometheusClient(live.prometheus_url, live.prometheus_timeout_s).listen_address()
 
 
+def _node_role_excess(settings: object) -> list[str]:
+    from slurm_gpu.store import open_store
+    from slurm_gpu.store.inbox import node_role_excess
+
+    with open_store(settings, readonly=True) as store:  # type: ignore[arg-type]
+        return node_role_excess(store.engine)
+
+
 #: The checks, in the order they run; each can be skipped with --skip.
 CHECKS = (
     "config",
@@ -87,11 +95,12 @@ CHECKS = (
     "store",
     "visibility",
     "live",
+    "transport",
 )
 
 #: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
 #: configuration file that is not trusted, whose sacct_path or store URL another account chose.
-ACTING = ("telemetry", "accounting", "store", "visibility", "live")
+ACTING = ("telemetry", "accounting", "store", "visibility", "live", "transport")
 
 
 @click.command("doctor")
@@ -109,7 +118,8 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     runs that another account can change, a state directory shared with another account, the
     virtual GPU backend, a sampler without limits, a spool that is not 0700, and any place a
     user could read another user's stored jobs (visibility), and an exporter or Prometheus
-    that serves every running job to anyone who can connect (live).
+    that serves every running job to anyone who can connect (live), and a node credential of the
+    PostgreSQL inbox that may do more than insert records (transport).
     """
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.telemetry import open_source
@@ -142,6 +152,9 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
                 if settings.live.prometheus_url
                 else None
             ),
+        ),
+        "transport": lambda: doctor.check_transport(
+            settings, functools.partial(_node_role_excess, settings)
         ),
     }
     if not trusted:

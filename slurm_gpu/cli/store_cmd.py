@@ -249,3 +249,27 @@ def export(ctx: click.Context, since: str, until: str, fmt: str, what: str, out_
         r = run_export(store.engine, out_path, since_s=start, until_s=end, fmt=fmt, what=what)
     if out_path != "-":
         click.echo(f"{r.rows} {what} row(s) of {r.jobs} job(s) written to {r.path}", err=True)
+
+
+@cli.command("grant-node")
+@click.argument("role")
+@click.option("--revoke", is_flag=True, help="Take the inbox away from ROLE instead.")
+@click.pass_context
+def grant_node(ctx: click.Context, role: str, revoke: bool) -> None:
+    """Let ROLE push nodes' records into the PostgreSQL inbox ([ship] transport = postgresql).
+
+    ROLE must exist (CREATE ROLE ... LOGIN, by the database's administrator); it gets INSERT
+    on the node columns of record_inbox and nothing else, and row-level security hides every
+    row of the store from it (docs/transport.md). Run as the collector (the tables' owner).
+    """
+    from slurm_gpu.store import Store
+    from slurm_gpu.store.inbox import grant_node_role, revoke_node_role
+
+    settings = settings_from(ctx)
+    with Store.open(settings.store_url, migrate=False) as store:
+        if revoke:
+            revoke_node_role(store.engine, role)
+            click.echo(f"{role}: may no longer push records")
+        else:
+            grant_node_role(store.engine, role)
+            click.echo(f"{role}: may insert records into record_inbox, and nothing else")

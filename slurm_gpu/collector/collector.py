@@ -20,12 +20,20 @@ One pass (``Collector.run_once``):
 A crash at any point loses nothing (records leave the spool only after their commit) and
 duplicates nothing (a job is keyed by id; re-ingesting replaces its rows). Only one collector
 runs at a time (``CollectorLock``, taken by the caller).
+
+With an ``inbox`` (the PostgreSQL record inbox, ``slurm_gpu.store.inbox``) the records pushed
+there by the nodes join those of the spool: each is checked as a file is (its digest, then the
+record's own checks), a bad one moves to the inbox's quarantine table, and the rows of a stored
+job are deleted in the very transaction that stores it (``Store.write_batch``'s ``also``):
+committed together or not at all. Their bytes are kept in ``done/<job>/`` before that commit,
+like an ingested file, so a node whose record comes late joins the job's other nodes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -35,7 +43,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.collector import crosscheck, safefs
@@ -100,6 +108,42 @@ class SealedLike(Protocol):
     def hostname(self) -> str: ...
     @property
     def path(self) -> str: ...
+
+
+class InboxRowLike(Protocol):
+    """A record pushed into the PostgreSQL inbox (``slurm_gpu.store.inbox.InboxRow``)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def data(self) -> bytes | None: ...
+    @property
+    def key(self) -> tuple[str, str, str]: ...
+
+
+class Inbox(Protocol):
+    """The collector's side of the PostgreSQL inbox (``slurm_gpu.store.inbox.PgInbox``)."""
+
+    def pending(self, only: Collection[str] | None = None) -> Sequence[InboxRowLike]: ...
+
+    def take(self, conn: Any, keys: Sequence[tuple[str, str, str]]) -> None: ...
+
+    def quarantine(self, row: Any, reason: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _InboxSealed:
+    """A record of the PostgreSQL inbox in the collector's pass, in place of a file."""
+
+    job_id: str
+    hostname: str
+    path: str
+    """Where it is, for log lines (``postgresql inbox: <job>/<host>``)."""
+    row: InboxRowLike
 
 
 class RecordReader(Protocol):
@@ -255,7 +299,8 @@ class CollectReport:
     no_accounting: tuple[str, ...] = ()
     """Left in the spool: accounting does not know the job (yet)."""
     quarantined: tuple[str, ...] = ()
-    """Paths of the files moved to quarantine."""
+    """Paths of the files moved to quarantine (``postgresql inbox: <job>/<host>`` for rows
+    moved to the inbox's quarantine table)."""
     analysis_failed: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     """One line per accounting failure (the affected jobs stay in the spool)."""
@@ -397,6 +442,7 @@ class Collector:
         admin_comment: CommentPublisher | None = None,
         reports: ReportPublisher | None = None,
         uses_hooks: Callable[[JobRecord], bool] | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.store = store
         self.uses_hooks = uses_hooks
@@ -411,6 +457,7 @@ class Collector:
         self.clock = clock
         self.admin_comment = admin_comment
         self.reports = reports
+        self.inbox = inbox
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
         self._state_fd: int | None = None
@@ -470,6 +517,8 @@ class Collector:
         now = self.clock()
         self._prune_done(now)
         pending = self._read_spool(wanted, acc)
+        if self.inbox is not None:
+            self._read_inbox(self.inbox, wanted, pending, acc)
         ids = sorted(pending, key=_id_key)
         size = max(1, self.options.batch_size)
         for i in range(0, len(ids), size):
@@ -486,9 +535,21 @@ class Collector:
                 bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
                 if bundle is not None:
                     bundles.append(bundle)
+            if self.inbox is not None:
+                bundles = self._keep_inbox_records(bundles, pending)
             if not bundles:
                 continue
-            self.store.write_batch(bundles, collected_at_s=now)
+            keys = [
+                f.row.key
+                for b in bundles
+                for f in pending[b.job.job_id].files
+                if isinstance(f, _InboxSealed)
+            ]
+            # The inbox rows of these jobs go in the transaction that stores them.
+            also = None
+            if self.inbox is not None and keys:
+                also = functools.partial(self.inbox.take, keys=keys)
+            self.store.write_batch(bundles, collected_at_s=now, also=also)
             # Committed: only now may the files leave the spool.
             for b in bundles:
                 try:
@@ -537,9 +598,109 @@ class Collector:
             p.nodes.append(record)
         return pending
 
+    def _read_inbox(
+        self, inbox: Inbox, only: set[str] | None, pending: dict[str, _Pending], acc: PassTally
+    ) -> None:
+        """Add the records waiting in the PostgreSQL inbox to ``pending``. Per job and host
+        the newest row counts (as a file shipped again replaces the older one); the older
+        rows, and rows that fail a check, go to the inbox's quarantine."""
+        from slurm_gpu.capture import spool
+        from slurm_gpu.store.inbox import record_digest
+
+        newest: dict[tuple[str, str], InboxRowLike] = {}
+        for row in inbox.pending(only):  # oldest first
+            earlier = newest.get((row.job_id, row.host))
+            if earlier is not None:
+                self._quarantine_row(earlier, "superseded by a newer record of this job and host")
+                acc.quarantined.append(f"postgresql inbox: {earlier.job_id}/{earlier.host}")
+            newest[(row.job_id, row.host)] = row
+        for row in newest.values():
+            where = f"postgresql inbox: {row.job_id}/{row.host}"
+            sealed = _InboxSealed(row.job_id, row.host, where, row)
+            p = pending.get(row.job_id)
+            if p is not None and any(_short(n.hostname) == _short(row.host) for n in p.nodes):
+                # The same node's record also came as a file: the file is taken this pass,
+                # the row waits for the next (then a late record of a stored job).
+                continue
+            try:
+                if row.data is None:
+                    raise SpoolFormatError(f"{where}: larger than the collector reads")
+                if record_digest(row.data) != row.digest:
+                    raise SpoolFormatError(f"{where}: its bytes do not match its SHA-256")
+                record = spool.decode_record(row.data, where=where)
+                if record.job_id != row.job_id:
+                    raise SpoolFormatError(
+                        f"{where}: record of job {record.job_id} pushed as job {row.job_id}"
+                    )
+            except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
+                self._quarantine(sealed, str(exc), acc)
+                continue
+            p = pending.setdefault(row.job_id, _Pending(row.job_id, [], []))
+            p.files.append(sealed)
+            p.nodes.append(record)
+
+    def _quarantine_row(self, row: InboxRowLike, reason: str) -> None:
+        from slurm_gpu.errors import StoreError
+
+        assert self.inbox is not None
+        try:
+            self.inbox.quarantine(row, reason)
+        except StoreError as exc:
+            log.error("job %s: inbox record of %s not quarantined: %s", row.job_id, row.host, exc)
+            return
+        log.warning(
+            "job %s: inbox record of %s moved to record_quarantine: %s",
+            row.job_id,
+            row.host,
+            reason,
+        )
+
+    def _keep_inbox_records(
+        self, bundles: list[JobBundle], pending: dict[str, _Pending]
+    ) -> list[JobBundle]:
+        """Write the inbox records of ``bundles`` to ``done/<job>/<host>.record`` before the
+        commit that deletes their rows (a copy written for a commit that then fails is
+        rewritten by the next pass). A job whose copy cannot be written is left in the inbox
+        for the next pass: storing it would lose the record for a late node's re-store."""
+        kept = []
+        state = self._state_fd_now()
+        for b in bundles:
+            rows = [f for f in pending[b.job.job_id].files if isinstance(f, _InboxSealed)]
+            try:
+                if rows:
+                    with (
+                        _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as d,
+                        _closing(
+                            safefs.open_private_dir(b.job.job_id, dir_fd=d, create=True)
+                        ) as dest,
+                    ):
+                        for f in rows:
+                            assert f.row.data is not None  # checked when read
+                            # Not fsynced, as durable as a file inbox's record moved to done/
+                            # (a rename): a killed collector loses nothing of it, and an fsync
+                            # per job would cost more than the rest of its ingest.
+                            safefs.write_replace(
+                                f.hostname + ".record", f.row.data, dir_fd=dest, sync=False
+                            )
+            except OSError as exc:
+                log.error(
+                    "job %s: not stored this pass, its inbox records could not be kept in %s: %s",
+                    b.job.job_id,
+                    self.done_dir,
+                    _why(exc),
+                )
+                continue
+            kept.append(b)
+        return kept
+
     def _quarantine(self, sealed: SealedLike, reason: str, acc: PassTally) -> None:
         """Move a record that cannot be ingested to ``<state_dir>/quarantine/`` with its reason
-        next to it; every name is opened relative to a directory descriptor, never followed."""
+        next to it; every name is opened relative to a directory descriptor, never followed.
+        A record of the PostgreSQL inbox moves to its quarantine table instead."""
+        if isinstance(sealed, _InboxSealed):
+            self._quarantine_row(sealed.row, reason)
+            acc.quarantined.append(sealed.path)
+            return
         base = f"{sealed.job_id}.{os.path.basename(sealed.path)}"
         try:
             parent, name = _open_parent(sealed.path, (self.spool_dir, self.state_dir))
@@ -688,7 +849,11 @@ class Collector:
 
         Every name is resolved relative to a directory descriptor without following a
         symlink: ``done/`` and ``done/<job>/`` must be private directories of root, and the
-        spool's job directory must be a real directory. Raises ``OSError``."""
+        spool's job directory must be a real directory. Records of the PostgreSQL inbox have
+        no files to move (their rows went with the commit). Raises ``OSError``."""
+        files = [f for f in p.files if not isinstance(f, _InboxSealed)]
+        if not files:
+            return
         state = self._state_fd_now()
         top = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         with (
@@ -697,7 +862,7 @@ class Collector:
             _closing(safefs.open_private_dir(p.job_id, dir_fd=done, create=True)) as dest,
             _closing(safefs.open_dir(p.job_id, dir_fd=top)) as src,
         ):
-            for sealed in p.files:
+            for sealed in files:
                 # The record goes last: a crash before it leaves the record in the spool, and
                 # the next pass re-ingests (idempotently) and finishes the move.
                 host = sealed.hostname

@@ -81,9 +81,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_new(name: str, data: bytes, *, dir_fd: int, mode: int = 0o600) -> None:
+def write_new(name: str, data: bytes, *, dir_fd: int, mode: int = 0o600, sync: bool = True) -> None:
     """Create ``name`` (``O_EXCL``: ``FileExistsError`` if anything, a symlink included, has
-    that name) and write ``data``."""
+    that name) and write ``data`` (then ``fsync`` it, unless ``sync`` is false)."""
     fd = os.open(
         _one_name(name),
         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -92,18 +92,21 @@ def write_new(name: str, data: bytes, *, dir_fd: int, mode: int = 0o600) -> None
     )
     try:
         _write_all(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_replace(name: str, data: bytes, *, dir_fd: int, mode: int = 0o600) -> None:
+def write_replace(
+    name: str, data: bytes, *, dir_fd: int, mode: int = 0o600, sync: bool = True
+) -> None:
     """Atomically replace ``name`` with ``data`` (a new temporary file, then ``rename``, which
-    replaces a symlink itself, never its target)."""
+    replaces a symlink itself, never its target); ``sync``: ``fsync`` before the rename."""
     tmp = f".{_one_name(name)}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dir_fd)
-    write_new(tmp, data, dir_fd=dir_fd, mode=mode)
+    write_new(tmp, data, dir_fd=dir_fd, mode=mode, sync=sync)
     os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 

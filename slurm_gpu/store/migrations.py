@@ -108,6 +108,12 @@ def _m7_live_actions(conn: Connection) -> None:
     secure_live_actions(conn)
 
 
+def _m8_record_inbox(conn: Connection) -> None:
+    from slurm_gpu.store.inbox import create_inbox
+
+    create_inbox(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -130,6 +136,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         7, "create live_actions (the live policy's warnings and cancellations)", _m7_live_actions
+    ),
+    Migration(
+        8,
+        "PostgreSQL: record inbox for nodes without a shared filesystem (insert-only role)",
+        _m8_record_inbox,
     ),
 )
 

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -483,10 +483,19 @@ class Store:
 
     # ----------------------------------------------------------------- writes
 
-    def write_batch(self, bundles: Sequence[JobBundle], *, collected_at_s: float) -> None:
+    def write_batch(
+        self,
+        bundles: Sequence[JobBundle],
+        *,
+        collected_at_s: float,
+        also: Callable[[Connection], None] | None = None,
+    ) -> None:
         """Insert or replace every job of ``bundles`` in one transaction.
 
-        Raises ``StoreError`` (and writes nothing) on any database error.
+        ``also`` runs last inside that transaction (the collector takes the jobs' records out
+        of the PostgreSQL inbox there, ``inbox.PgInbox.take``): its changes commit with the
+        jobs or not at all. Raises ``StoreError`` (and writes nothing) on any database error,
+        or passes on the ``StoreError`` that ``also`` raised.
         """
         if not bundles:
             return
@@ -530,6 +539,8 @@ class Store:
                 ):
                     for part in _chunks(rows):
                         conn.execute(table.insert(), list(part))
+                if also is not None:
+                    also(conn)
         except SQLAlchemyError as exc:
             raise _store_error(self.url, exc) from None
 
