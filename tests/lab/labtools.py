@@ -196,15 +196,11 @@ class Lab:
 
 
 def ensure_labs() -> None:
-    """Build (what changed) and start every lab; raise ``LabError`` when that fails."""
-    env = {**os.environ, "BUILD_PYTHON": os.environ.get("BUILD_PYTHON", _build_python())}
+    """Build (what changed) and start every lab; raise ``LabError`` when that fails. The
+    project's wheel is built with this session's interpreter unless ``BUILD_PYTHON`` says."""
+    env = {**os.environ, "BUILD_PYTHON": os.environ.get("BUILD_PYTHON") or sys.executable}
     proc = subprocess.run(
         [str(START_SCRIPT)], capture_output=True, text=True, timeout=1800, check=False, env=env
     )
     if proc.returncode != 0:
         raise LabError(f"{START_SCRIPT} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-
-
-def _build_python() -> str:
-    """An interpreter with pip to build the project's wheel: this session's own."""
-    return sys.executable

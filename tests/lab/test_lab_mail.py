@@ -71,9 +71,7 @@ def test_end_mail_is_one_enriched_message(lab: Lab, inbox: _Inbox) -> None:
     rcpts, msg = got[0]
     assert rcpts == ("labuser1@localhost",)
     assert msg.get_content_type() == "multipart/alternative"
-    text = next(
-        p.get_content() for p in msg.walk() if p.get_content_type() == "text/plain"
-    )
+    text = next(p.get_content() for p in msg.walk() if p.get_content_type() == "text/plain")
     assert f"Job {job_id} (lab-mail) ended: COMPLETED" in text
     assert "An allocated GPU was never used (cause 6)" in text
     assert f"gpueff {job_id}" in text
