@@ -258,6 +258,8 @@ def leave_job_cgroup(pid: int, job_id: str) -> None:
     move the sampler out (cgroup v1) or say that it stays in (cgroup v2). docs/hooks.md."""
     try:
         moved, failed = move_out_of_job(pid, job_id)
+    except FileNotFoundError:  # the sampler already exited; its own log line says why
+        return
     except OSError as exc:
         log.warning("cannot read the sampler's cgroups: %s", exc)
         return

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_gpu.accounting.base import FINAL_STATES
+from slurm_gpu.store import Store
+from slurm_gpu.store.rows import StoredJob
 
 REPO = Path(__file__).resolve().parents[2]
 START_SCRIPT = REPO / "share" / "testlab" / "start"
@@ -193,6 +195,16 @@ class Lab:
                 raise TimeoutError(f"[{self.version}] no sealed record {path}")
             time.sleep(0.3)
         return path
+
+
+def stored_job(lab: Lab, job_id: str) -> StoredJob:
+    """The job as the lab's collector stored it (its SQLite store, read from the machine)."""
+    url = f"sqlite:///{lab.root}/var/lib/slurm-gpu/slurm-gpu.db"
+    with Store.open(url, migrate=False) as store:
+        got = store.get_job(job_id)
+    if got is None:
+        raise LabError(f"[{lab.version}] job {job_id} is not in the store")
+    return got
 
 
 def ensure_labs() -> None:

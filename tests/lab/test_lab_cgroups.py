@@ -71,9 +71,13 @@ def _bytes(sacct_size: str) -> int:
 
 
 def _job_cgroup(lab: Lab, node: str, job_id: str, controller: str) -> Path:
+    """The job's cgroup directory of one v1 controller. slurmd makes it when the job's first
+    step starts, which may come after the prolog (seen on 26.05): wait for it."""
     base = Path("/sys/fs/cgroup") / controller / f"slurm_{node}"
-    found = sorted(base.glob(f"uid_*/job_{job_id}"))
-    assert found, f"no {controller} cgroup for job {job_id} under {base}"
+    deadline = time.monotonic() + 30
+    while not (found := sorted(base.glob(f"uid_*/job_{job_id}"))):
+        assert time.monotonic() < deadline, f"no {controller} cgroup for job {job_id} under {base}"
+        time.sleep(0.2)
     return found[0]
 
 

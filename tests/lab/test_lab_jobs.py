@@ -12,13 +12,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from labtools import PROJECT_BIN, REPORTSEFF, Lab
+from labtools import PROJECT_BIN, REPORTSEFF, Lab, stored_job
 from reportseff import job as reportseff_job
 
 from slurm_gpu.accounting.admincomment import build_summary
 from slurm_gpu.accounting.hostlist import expand_hostlist
-from slurm_gpu.store import Store
-from slurm_gpu.store.rows import StoredJob
 
 PYTHON = f"{PROJECT_BIN}/python"
 
@@ -28,14 +26,6 @@ TWO_NODE_JOB = f"""#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:4 --mem=400M --time=00:05:00
 srun {PYTHON} -m slurm_gpu.demo healthy --duration 15
 """
-
-
-def stored_job(lab: Lab, job_id: str) -> StoredJob:
-    url = f"sqlite:///{lab.root}/var/lib/slurm-gpu/slurm-gpu.db"
-    with Store.open(url, migrate=False) as store:
-        got = store.get_job(job_id)
-    assert got is not None, f"[{lab.version}] job {job_id} is not in the store"
-    return got
 
 
 def node_uuids(lab: Lab, node: str) -> set[str]:
