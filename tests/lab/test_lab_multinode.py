@@ -82,3 +82,30 @@ def test_record_arriving_late_is_added_to_the_stored_job(lab: Lab) -> None:
     assert stored.missing_hosts == ()
     assert sorted(n.hostname for n in stored.nodes) == sorted([first, late])
     assert sum(len(n.gpus) for n in stored.nodes) == 8
+
+
+def test_node_that_waits_on_the_other_is_cause_5_across_nodes(lab: Lab) -> None:
+    """Node 0's GPUs work at 90 %, node 1's at 15 %: within each node the GPUs agree, so only
+    the job seen whole (both nodes' records joined) shows that one node waits on the other."""
+    demo = f"{PROJECT_BIN}/python -m slurm_gpu.demo healthy --duration 15 --noise 0.01"
+    job_id = lab.submit(
+        "#!/bin/bash\n#SBATCH --job-name=lab-wait -N2 --ntasks-per-node=1 --cpus-per-task=1\n"
+        "#SBATCH --gres=gpu:4 --mem=400M --time=00:05:00\n"
+        f'srun bash -c \'if [ "$SLURM_NODEID" = 0 ]; then exec {demo} --util 0.9; '
+        f"else exec {demo} --util 0.15; fi'\n"
+    )
+    assert lab.wait_done(job_id) == "COMPLETED"
+    nodes = _nodes(lab, job_id)
+    for node in nodes:
+        lab.wait_record(job_id, node)
+    report = lab.ship_and_collect(job_id, nodes)
+    assert report["ingested"] == [job_id], report
+    stored = stored_job(lab, job_id)
+    means = {n.hostname: [g.utilization.mean or 0.0 for g in n.gpus] for n in stored.nodes}
+    busy, waiting = means[nodes[0]], means[nodes[1]]
+    assert min(busy) > 70 and max(waiting) < 30, means
+    assert max(busy) - min(busy) < 30 and max(waiting) - min(waiting) < 30  # each node even
+    found = [f for f in stored.findings if f.code == "GPU_IMBALANCE"]
+    assert found and found[0].cause == 5, [f.code for f in stored.findings]
+    assert found[0].evidence["node_spread_pct"] > 50
+    assert found[0].evidence["gpus_used"] == 8
