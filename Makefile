@@ -3,7 +3,7 @@
 #   make demo      install what is needed, start the local cluster, run the demo jobs
 #   make test      install what is needed, start the local cluster, run unit + cluster tests
 #   make lint      ruff, mypy, the layering contracts (import-linter) and shellcheck
-#   make deps | venv | cluster-up | cluster-down | bench
+#   make deps | venv | cluster-up | cluster-down | lab-up | lab-down | bench
 #
 # Targets run their prerequisites in order (never in parallel): the cluster needs the venv
 # (its hooks run the venv's interpreter) and the venv needs python3-venv from deps.
@@ -23,7 +23,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: help deps venv cluster-up cluster-down test lint demo bench
+.PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint demo bench
 
 help:
 	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -47,6 +47,14 @@ cluster-up: venv
 
 cluster-down:
 	$(SUDO) share/testcluster/stop
+
+# The version lab (Slurm 24.11 and 26.05, three compute hosts each; docs/testcluster.md). The
+# lab tests start it themselves; these targets are for working with it by hand.
+lab-up: venv
+	$(SUDO) env BUILD_PYTHON="$(abspath $(VENV))/bin/python" share/testlab/start
+
+lab-down:
+	$(SUDO) share/testlab/stop
 
 test: deps venv cluster-up
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

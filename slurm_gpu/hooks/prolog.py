@@ -23,6 +23,7 @@ from slurm_gpu.capture.spoolpaths import OWNERS_DIR, owner_file
 from slurm_gpu.config import Settings
 from slurm_gpu.hooks.common import JobEnv, job_still_running, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
+from slurm_gpu.hooks.jobcgroup import move_out_of_job
 
 log = logging.getLogger("slurm_gpu.hooks.prolog")
 
@@ -248,4 +249,32 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
         return f"sampler unit slurm-gpu-sampler@{env.job_id} started for {what}"
     pid = start_sampler(cmd, settings.paths.log_file, SamplerLimits.from_settings(settings))
     write_pidfile(paths.pid, pid)
+    leave_job_cgroup(pid, env.job_id)
     return f"sampler {pid} started for {what}"
+
+
+def leave_job_cgroup(pid: int, job_id: str) -> None:
+    """PrologFlags=RunInJob runs this prolog inside the job's cgroup, and the sampler with it:
+    move the sampler out (cgroup v1) or say that it stays in (cgroup v2). docs/hooks.md."""
+    try:
+        moved, failed = move_out_of_job(pid, job_id)
+    except FileNotFoundError:  # the sampler already exited; its own log line says why
+        return
+    except OSError as exc:
+        log.warning("cannot read the sampler's cgroups: %s", exc)
+        return
+    if moved:
+        log.info(
+            "the prolog runs in the job's cgroup (PrologFlags=RunInJob); sampler %d moved out "
+            "of it (%s)",
+            pid,
+            ", ".join(moved),
+        )
+    if failed:
+        log.warning(
+            "the prolog runs in the job's cgroup (PrologFlags=RunInJob) and the sampler %d "
+            "could not leave it (%s): it counts against the job's limits and ends with the "
+            "job; remove RunInJob from PrologFlags (docs/hooks.md)",
+            pid,
+            "; ".join(failed),
+        )
