@@ -47,6 +47,42 @@ CAPABILITIES: dict[str, SourceCapabilities] = {
         SourceCapabilities(
             "virtual", "the node's sampler (virtual GPUs)", 5.0, True, True, True, True, True, True
         ),
+        # The Prometheus sources (slurm_gpu.sources.prometheus_*): the scrape interval, no
+        # process list. dcgm-exporter has no host series; its DCGM_FI_PROF_* fields only where
+        # profiling metrics are enabled. jobstats' GPU exporter has no SM activity.
+        SourceCapabilities(
+            "dcgm-exporter",
+            "dcgm-exporter via Prometheus",
+            30.0,
+            True,
+            False,
+            False,
+            True,
+            True,
+            True,
+        ),
+        SourceCapabilities(
+            "jobstats",
+            "the jobstats exporters via Prometheus",
+            30.0,
+            True,
+            False,
+            True,
+            True,
+            False,
+            True,
+        ),
+        SourceCapabilities(
+            "slurm-exporter",
+            "slurm-gpu's exporter via Prometheus",
+            30.0,
+            True,
+            False,
+            True,
+            True,
+            False,
+            True,
+        ),
     )
 }
 

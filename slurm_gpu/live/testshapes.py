@@ -1,0 +1,168 @@
+"""TEST-ONLY: running jobs' live summaries as dcgm-exporter and jobstats exporters show them.
+
+Nothing in production uses this module. It lets the lab (the test cluster's real Prometheus),
+the unit tests and the benchmark hold the series of NVIDIA's dcgm-exporter (HPC job-mapping
+mode) and of Princeton's jobstats exporters (the GPU exporter and the cgroup exporter) for
+jobs that ran on virtual GPUs, under those exporters' exact metric names, label names and
+units, so that the Prometheus sources (``slurm_gpu.sources.prometheus_*``) are tested on the
+shapes they will meet. Values come from the samplers' live summaries (``LiveJob``): the last
+reading's duty cycle, memory and power, the energy and CPU time so far.
+
+Real exporters set ``instance`` through Prometheus' target; here one process speaks for every
+node, so the series carry ``instance="<host>:<exporter port>"`` themselves and are scraped with
+``honor_labels: true``. dcgm-exporter's ``DCGM_FI_PROF_*`` fields are left out (the virtual
+GPUs have no profiling counters), as on a site where profiling metrics are off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS, escape_label_value, job_labels
+from slurm_gpu.live.snapshot import LiveJob
+
+MIB = 1 << 20
+DCGM_PORT = 9400
+JOBSTATS_GPU_PORT = 9445
+CGROUP_PORT = 9306
+MODEL = "Virtual GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One sample: family, type (``gauge``/``counter``), labels as written, value."""
+
+    name: str
+    type: str
+    labels: str
+    value: float
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
+
+
+def own_rows(jobs: Sequence[LiveJob]) -> list[Row]:
+    """The project's own exporter's samples of ``jobs`` (``live.exposition``'s names)."""
+    out: list[Row] = []
+    for job in jobs:
+        labels = job_labels(job)
+        for m in JOB_METRICS:
+            v = m.value(job)
+            if v is not None:
+                out.append(Row(m.name, m.type, labels, float(v)))
+        for g in job.gpus:
+            gl = f'{labels},gpu_uuid="{escape_label_value(g.uuid)}"'
+            for m in GPU_METRICS:
+                v = m.value(g)
+                if v is not None:
+                    out.append(Row(m.name, m.type, gl, float(v)))
+    return out
+
+
+def rows_of(jobs: Sequence[LiveJob], *, own: bool = False) -> list[Row]:
+    """The dcgm-exporter, jobstats GPU and cgroup exporter samples of ``jobs`` (and the
+    project's exporter's with ``own``); a GPU's index on its node is its position in the
+    job's GPUs (virtual GPUs have no minor)."""
+    out: list[Row] = own_rows(jobs) if own else []
+    for job in jobs:
+        for i, g in enumerate(job.gpus):
+            if not g.available:
+                continue
+            dcgm = _labels(
+                (
+                    ("gpu", str(i)),
+                    ("UUID", g.uuid),
+                    ("device", f"nvidia{i}"),
+                    ("modelName", MODEL),
+                    ("Hostname", job.host),
+                    ("hpc_job", job.job_id),
+                )
+            )
+            nv = _labels(
+                (
+                    ("minor_number", str(i)),
+                    ("name", MODEL),
+                    ("uuid", g.uuid),
+                    ("instance", f"{job.host}:{JOBSTATS_GPU_PORT}"),
+                )
+            )
+            used, total = g.memory_used_bytes, g.memory_total_bytes
+            values: list[tuple[str, str, str, float | None]] = [
+                ("DCGM_FI_DEV_GPU_UTIL", "gauge", dcgm, g.utilization_pct),
+                ("DCGM_FI_DEV_FB_USED", "gauge", dcgm, None if used is None else used / MIB),
+                (
+                    "DCGM_FI_DEV_FB_FREE",
+                    "gauge",
+                    dcgm,
+                    None if used is None or total is None else (total - used) / MIB,
+                ),
+                ("DCGM_FI_DEV_POWER_USAGE", "gauge", dcgm, g.power_w),
+                (
+                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                    "counter",
+                    dcgm,
+                    None if g.energy_j is None else round(g.energy_j * 1000.0),
+                ),
+                ("DCGM_FI_DEV_XID_ERRORS", "gauge", dcgm, 0.0),
+                ("nvidia_gpu_duty_cycle", "gauge", nv, g.utilization_pct),
+                ("nvidia_gpu_memory_used_bytes", "gauge", nv, used),
+                ("nvidia_gpu_memory_total_bytes", "gauge", nv, total),
+                (
+                    "nvidia_gpu_power_usage_milliwatts",
+                    "gauge",
+                    nv,
+                    None if g.power_w is None else g.power_w * 1000.0,
+                ),
+                ("nvidia_gpu_jobId", "gauge", nv, float(job.job_id)),
+                ("nvidia_gpu_jobUid", "gauge", nv, float(job.uid or 0)),
+            ]
+            out += [Row(n, t, lb, v) for n, t, lb, v in values if v is not None]
+        cg = _labels(
+            (
+                ("cgroup", f"/slurm/uid_{job.uid or 0}/job_{job.job_id}"),
+                ("jobid", job.job_id),
+                ("step", ""),
+                ("task", ""),
+                ("instance", f"{job.host}:{CGROUP_PORT}"),
+            )
+        )
+        host_values = (
+            ("cgroup_cpu_total_seconds", "gauge", job.cpu_time_s),
+            ("cgroup_memory_rss_bytes", "gauge", job.rss_bytes),
+            ("cgroup_cpus", "gauge", job.allocated_cores),
+        )
+        out += [Row(n, t, cg, float(v)) for n, t, v in host_values if v is not None]
+    return out
+
+
+def render_text(jobs: Sequence[LiveJob]) -> str:
+    """The samples of ``jobs`` in the text exposition format (version 0.0.4)."""
+    families: dict[str, list[Row]] = {}
+    for r in rows_of(jobs):
+        families.setdefault(r.name, []).append(r)
+    lines = []
+    for name, rows in families.items():
+        lines.append(f"# TYPE {name} {rows[0].type}")
+        lines += [f"{name}{{{r.labels}}} {r.value!r}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_openmetrics(
+    scrapes: Iterable[tuple[float, Sequence[LiveJob]]], *, own: bool = False
+) -> str:
+    """``(time, jobs)`` scrapes as OpenMetrics with timestamps, for
+    ``promtool tsdb create-blocks-from openmetrics`` (every family typed ``gauge``: the format
+    wants ``_total`` on counters, which dcgm-exporter's names lack)."""
+    series: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for t, jobs in scrapes:
+        for r in rows_of(jobs, own=own):
+            series.setdefault(r.name, {}).setdefault(r.labels, []).append((t, r.value))
+    lines = []
+    for name, by_labels in series.items():
+        lines.append(f"# TYPE {name} gauge")
+        for labels, points in by_labels.items():
+            lines += [f"{name}{{{labels}}} {v!r} {t!r}" for t, v in sorted(points)]
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
