@@ -47,9 +47,9 @@ CAPABILITIES: dict[str, SourceCapabilities] = {
         SourceCapabilities(
             "virtual", "the node's sampler (virtual GPUs)", 5.0, True, True, True, True, True, True
         ),
-        # The Prometheus sources (slurm_gpu.sources.prometheus_*): the scrape interval, no
-        # process list. dcgm-exporter has no host series; its DCGM_FI_PROF_* fields only where
-        # profiling metrics are enabled. jobstats' GPU exporter has no SM activity.
+        # NVIDIA's dcgm-exporter in HPC job-mapping mode: per-GPU series, no process list,
+        # nothing of the host; SM and tensor activity only where profiling (DCGM_FI_PROF_*)
+        # is on, which the record then says by its values (None without).
         SourceCapabilities(
             "dcgm-exporter",
             "dcgm-exporter via Prometheus",
@@ -61,21 +61,18 @@ CAPABILITIES: dict[str, SourceCapabilities] = {
             True,
             True,
         ),
+        # Princeton's jobstats exporters: per-job GPU series and the job's cgroup (host) series;
+        # no process list, no profiling fields.
         SourceCapabilities(
-            "jobstats",
-            "the jobstats exporters via Prometheus",
-            30.0,
-            True,
-            False,
-            True,
-            True,
-            False,
-            True,
+            "jobstats", "jobstats via Prometheus", 30.0, True, False, True, True, False, True
         ),
+        # The project's own exporter (live summaries of the hooks' samplers) read back from
+        # Prometheus: series at the scrape interval, without the per-reading process list, and
+        # without SM activity (the exposition has no such family).
         SourceCapabilities(
             "slurm-exporter",
-            "slurm-gpu's exporter via Prometheus",
-            30.0,
+            "the slurm-gpu exporter via Prometheus",
+            15.0,
             True,
             False,
             True,

@@ -57,7 +57,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_s", 1.0),
 }
 #: The series without which a node reads as missing.
-REQUIRED = ("DCGM_FI_DEV_GPU_UTIL",)
+REQUIRED: tuple[str, ...] = ("DCGM_FI_DEV_GPU_UTIL",)
 _INT_FIELDS = {"memory_used_bytes", "energy_mj", "sm_clock_mhz", "xid"}
 
 

@@ -43,7 +43,10 @@ HOST_FIELDS: dict[str, str] = {
     "slurm_gpu_job_memory_rss_bytes": "rss_bytes",
     "slurm_gpu_job_cpus_allocated": "cpus",
 }
-REQUIRED = ("slurm_gpu_gpu_busy_seconds_total", "slurm_gpu_gpu_sampled_seconds_total")
+REQUIRED: tuple[str, ...] = (
+    "slurm_gpu_gpu_busy_seconds_total",
+    "slurm_gpu_gpu_sampled_seconds_total",
+)
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "energy_mj", "rss_bytes", "cpus"}
 
 

@@ -54,7 +54,7 @@ HOST_FIELDS: dict[str, str] = {
     "cgroup_cpus": "cpus",
 }
 #: The series without which a node reads as missing.
-REQUIRED = ("nvidia_gpu_duty_cycle", JOB_ID_METRIC)
+REQUIRED: tuple[str, ...] = ("nvidia_gpu_duty_cycle", JOB_ID_METRIC)
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "rss_bytes", "cpus"}
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from slurm_gpu.capture.aggregate import NodeAggregator
-from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError
+from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError, Sample
 from slurm_gpu.live.snapshot import LiveGpu, LiveJob
 from slurm_gpu.live.testshapes import render_openmetrics
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, JobRecord, NodeRecord
@@ -314,3 +314,30 @@ def test_host_labels_match_short_names_with_domain_or_port() -> None:
     assert rx.fullmatch("gpu1:9400") and rx.fullmatch("gpu1.cluster:9306")
     assert not rx.fullmatch("gpu10") and not rx.fullmatch("xgpu1")
     assert short_host("gpu1.cluster.org:9445") == "gpu1"
+
+
+def test_doctor_says_which_series_each_node_has(client: PrometheusClient) -> None:
+    from slurm_gpu.doctor import SeriesNeeds, Status, check_prometheus_series, series_needs
+
+    def query(promql: str) -> list[Sample]:
+        return client.query(promql, at_s=TRACE.times[-1])  # the loaded data's "now"
+
+    dcgm = check_prometheus_series(query, series_needs("dcgm-exporter"))
+    # The virtual GPUs have no profiling counters: present everywhere but optional.
+    assert dcgm.status is Status.WARN
+    assert "2 node(s) with every required series" in dcgm.detail
+    assert "gpu1 lacks" in dcgm.detail and "DCGM_FI_PROF_SM_ACTIVE" in dcgm.detail
+    assert "DCGM_FI_DEV_GPU_UTIL" not in dcgm.detail
+    own = check_prometheus_series(query, series_needs("slurm-exporter"))
+    assert own.status is Status.OK, own.detail
+    absent = SeriesNeeds("jobstats", "instance", ("nvidia_gpu_no_such_series",), ())
+    failed = check_prometheus_series(query, absent)
+    assert failed.status is Status.FAIL and "nvidia_gpu_no_such_series" in failed.detail
+
+
+def test_doctor_fails_the_check_when_prometheus_is_unreachable() -> None:
+    from slurm_gpu.doctor import Status, check_prometheus_series, series_needs
+
+    client = PrometheusClient(f"http://127.0.0.1:{_free_port()}", 2.0)
+    check = check_prometheus_series(client.query, series_needs("jobstats"))
+    assert check.status is Status.FAIL and "unreachable" in check.detail
