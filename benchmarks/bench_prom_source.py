@@ -27,16 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpu.analysis.engine import analyze  # noqa: E402
-from slurm_gpu.config import AnalysisSettings  # noqa: E402
-from slurm_gpu.live.promclient import PrometheusClient  # noqa: E402
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob  # noqa: E402
-from slurm_gpu.live.testshapes import render_openmetrics  # noqa: E402
-from slurm_gpu.sources.prometheus_common import PromSourceOptions  # noqa: E402
-from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource  # noqa: E402
-from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource  # noqa: E402
-from slurm_gpu.sources.prometheus_jobstats import JobstatsSource  # noqa: E402
-from tests.store_fixtures import make_job  # noqa: E402
+from slurm_gpu.analysis.engine import analyze
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.live.snapshot import LiveGpu, LiveJob
+from slurm_gpu.live.testshapes import render_openmetrics
+from slurm_gpu.sources.prometheus_common import PromSourceOptions
+from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
+from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource
+from slurm_gpu.sources.prometheus_jobstats import JobstatsSource
+from tests.store_fixtures import make_job
 
 TARGET_JOBS_PER_S = 50.0
 GIB = 1 << 30
@@ -177,7 +177,10 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
     n = len(chosen)
-    print(f"## Telemetry sources: jobs diagnosed from Prometheus (`benchmarks/bench_prom_source.py`)\n")
+    print(
+        "## Telemetry sources: jobs diagnosed from Prometheus (`benchmarks/bench_prom_source.py`)"
+    )
+    print()
     print(
         f"{a.jobs:,} finished jobs x {a.gpus} GPUs, {a.scrapes} scrapes {a.scrape_s:g} s apart "
         f"each, in the shapes of dcgm-exporter, jobstats and the project's exporter "
