@@ -16,11 +16,14 @@ GPUs have no profiling counters), as on a site where profiling metrics are off.
 
 from __future__ import annotations
 
+import argparse
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS, escape_label_value, job_labels
-from slurm_gpu.live.snapshot import LiveJob
+from slurm_gpu.live.snapshot import LiveJob, read_node
 
 MIB = 1 << 20
 DCGM_PORT = 9400
@@ -166,3 +169,52 @@ def render_openmetrics(
             lines += [f"{name}{{{labels}}} {v!r} {t!r}" for t, v in sorted(points)]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+#: Largest hide file read, bytes.
+MAX_HIDE_BYTES = 65536
+
+
+def hidden_jobs(path: str | None) -> frozenset[str]:
+    """Job ids listed (one per line) in the lab's hide file; none when it is absent. The lab
+    hides a job's series to test a node whose series are missing."""
+    if not path:
+        return frozenset()
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_HIDE_BYTES).decode("ascii", "replace")
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(line.strip() for line in text.splitlines() if line.strip().isdigit())
+
+
+def lab_exposition(spool_dir: str, stale_after_s: float, hide_file: str | None) -> str:
+    """The shapes of the node's running jobs now, less the hidden ones."""
+    hidden = hidden_jobs(hide_file)
+    snapshot = read_node(spool_dir, time.time(), stale_after_s)
+    return render_text([j for j in snapshot.jobs if j.job_id not in hidden])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """TEST-ONLY: serve the shapes on loopback for the lab's Prometheus
+    (``python -I -m slurm_gpu.live.testshapes --spool-dir DIR --port N``)."""
+    from slurm_gpu.live.exporter import ExporterOptions, make_server
+
+    p = argparse.ArgumentParser(description="TEST-ONLY dcgm-exporter/jobstats shapes")
+    p.add_argument("--spool-dir", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--stale-after-s", type=float, default=60.0)
+    p.add_argument("--hide-file", default=None)
+    a = p.parse_args(argv)
+    opts = ExporterOptions(str(Path(a.spool_dir)), a.stale_after_s)
+    server = make_server(
+        opts,
+        "127.0.0.1",
+        a.port,
+        lambda: lab_exposition(opts.spool_dir, opts.stale_after_s, a.hide_file),
+    )
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
