@@ -17,11 +17,15 @@ GPUs have no profiling counters), as on a site where profiling metrics are off.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from slurm_gpu.capture.spool import Reading, decode_reading, read_header
+from slurm_gpu.capture.spoolpaths import JobSpool
+from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS, escape_label_value, job_labels
 from slurm_gpu.live.snapshot import LiveJob, read_node
 
@@ -188,11 +192,76 @@ def hidden_jobs(path: str | None) -> frozenset[str]:
     return frozenset(line.strip() for line in text.splitlines() if line.strip().isdigit())
 
 
+#: Bytes read from the end of a spool file for its last reading.
+TAIL_BYTES = 65536
+
+
+def last_reading(spool_dir: str, job_id: str, host: str) -> Reading | None:
+    """The newest complete line of the job's spool on ``host`` (``None``: none readable)."""
+    try:
+        path = JobSpool(spool_dir, job_id, host).jsonl
+        header, first = read_header(path)
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            at = fh.seek(max(first, size - TAIL_BYTES))
+            lines = fh.read(TAIL_BYTES).split(b"\n")
+    except (OSError, ValueError, SlurmGpuError):
+        return None
+    if at > first:
+        lines = lines[1:]  # the first one was cut by the seek
+    for line in reversed(lines):
+        if not line.strip():
+            continue
+        try:
+            return decode_reading(line, header)
+        except (SlurmGpuError, ValueError, KeyError, TypeError, IndexError):
+            continue  # a line being written: the one before is whole
+    return None
+
+
+def with_last_reading(job: LiveJob, reading: Reading | None) -> LiveJob:
+    """``job`` with the values of its newest reading: the live summary is rewritten every
+    10 s, a real exporter shows each scrape the GPU's state then, and the sampler's spool
+    has every reading (each second in the lab)."""
+    if reading is None:
+        return job
+    by_uuid = {g.uuid: g for g in reading.gpus}
+    gpus = []
+    for g in job.gpus:
+        r = by_uuid.get(g.uuid)
+        if r is None or not r.available:
+            gpus.append(g)
+            continue
+        gpus.append(
+            replace(
+                g,
+                utilization_pct=r.utilization_pct,
+                memory_used_bytes=r.memory_used_bytes,
+                power_w=r.power_w,
+                energy_j=None if r.energy_mj is None else r.energy_mj / 1000.0,
+            )
+        )
+    host = reading.host
+    return replace(
+        job,
+        gpus=tuple(gpus),
+        cpu_time_s=host.cpu_time_s if host is not None else job.cpu_time_s,
+        rss_bytes=host.rss_bytes if host is not None else job.rss_bytes,
+    )
+
+
 def lab_exposition(spool_dir: str, stale_after_s: float, hide_file: str | None) -> str:
-    """The shapes of the node's running jobs now, less the hidden ones."""
+    """The shapes of the node's running jobs now (each at its newest spool reading), less
+    the hidden ones."""
     hidden = hidden_jobs(hide_file)
     snapshot = read_node(spool_dir, time.time(), stale_after_s)
-    return render_text([j for j in snapshot.jobs if j.job_id not in hidden])
+    return render_text(
+        [
+            with_last_reading(j, last_reading(spool_dir, j.job_id, j.host))
+            for j in snapshot.jobs
+            if j.job_id not in hidden
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -168,8 +168,15 @@ def build_node(
     if not times or not series.gpus:
         return None
     interval = _interval(times, options.interval_s)
-    started = job.start_s if job.start_s is not None else times[0]
-    ended = job.end_s if job.end_s is not None else times[-1]
+    # The record covers what the series saw: a first scrape late after the start, or a last
+    # one early before the end (our exporter's last live summary goes with the epilog), is
+    # an unknown edge, not an idle one.
+    started = times[0] - interval
+    ended = times[-1]
+    if job.start_s is not None:
+        started = max(job.start_s, started)
+    if job.end_s is not None:
+        ended = min(job.end_s, ended)
     for key, info in series.gpus.items():
         if info.memory_total_bytes is None:
             total = max(
@@ -236,11 +243,14 @@ def _sample(
     key: str,
 ) -> GpuSample:
     util = r.utilization_pct
-    if before is not None and r.busy_s is not None and r.sampled_s is not None:
-        b = before[1]
-        if b.busy_s is not None and b.sampled_s is not None and r.sampled_s > b.sampled_s:
-            # The exact duty cycle between two scrapes, from the exporter's counters.
-            util = 100.0 * max(0.0, r.busy_s - b.busy_s) / (r.sampled_s - b.sampled_s)
+    if r.busy_s is not None and r.sampled_s is not None:
+        # The exact duty cycle between two scrapes, from the exporter's counters (which count
+        # from the job's start, so the first scrape's interval begins there).
+        b_busy, b_sampled = 0.0, 0.0
+        if before is not None and before[1].busy_s is not None and before[1].sampled_s is not None:
+            b_busy, b_sampled = before[1].busy_s, before[1].sampled_s
+        if r.sampled_s > b_sampled:
+            util = 100.0 * max(0.0, r.busy_s - b_busy) / (r.sampled_s - b_sampled)
     tx = rx = None
     if r.nvlink_tx_bytes_per_s is not None or r.nvlink_rx_bytes_per_s is not None:
         # dcgm-exporter gives NVLink rates; the records count bytes: integrate over scrapes.

@@ -151,7 +151,8 @@ def test_a_job_without_series_has_its_node_missing_and_nothing_to_act_on(
     assert result.nodes == ()
     assert result.missing_hosts == job.nodelist == (slurmtools.node_name(),)
     analysis = analyze(job, result.nodes, settings.analysis)
-    assert not [f for f in analysis.findings if f.cause], analysis.findings
+    assert _user_problems([(f.code.value, f.severity.value) for f in analysis.findings]) == set()
+    assert [f.code.value for f in analysis.findings] == ["NO_TELEMETRY"]
     # The hooks had it all: the gap is the source's, not the job's.
     with open_store(settings, readonly=True) as store:
         stored = store.get_job(job_id)
