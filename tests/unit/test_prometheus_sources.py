@@ -149,9 +149,18 @@ class Trace:
         return agg.record(ended_s=self.times[-1], complete=True)
 
 
+class RepeatingTrace(Trace):
+    """A job whose exporter rewrites its live summary every third scrape only (as the
+    sampler does every 10 s): Prometheus scrapes the same summary three times."""
+
+    def live(self, k: int) -> list[LiveJob]:
+        return super().live(k // 3 * 3)
+
+
 START = 1_763_000_000.0
 TRACE = Trace("4242", ("gpu1", "gpu2"), 2, START)
 NEIGHBOUR = Trace("4243", ("gpu2",), 1, START)
+REPEATING = RepeatingTrace("4244", ("gpu4",), 1, START)
 
 
 def _job(trace: Trace, nodes: tuple[str, ...]) -> JobRecord:
@@ -169,7 +178,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusClien
     om = tmp / "series.om"
     # Job 4243 shares node gpu2 (its GPU also has minor number 0 there: GPUs are told apart
     # by UUID too); no series ever came from node gpu3.
-    scrapes = [(t, TRACE.live(k) + NEIGHBOUR.live(k)) for k, t in enumerate(TRACE.times)]
+    scrapes = [
+        (t, TRACE.live(k) + NEIGHBOUR.live(k) + REPEATING.live(k))
+        for k, t in enumerate(TRACE.times)
+    ]
     om.write_text(render_openmetrics(scrapes, own=True))
     subprocess.run(
         [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tmp / "data")],
@@ -325,7 +337,7 @@ def test_doctor_says_which_series_each_node_has(client: PrometheusClient) -> Non
     dcgm = check_prometheus_series(query, series_needs("dcgm-exporter"))
     # The virtual GPUs have no profiling counters: present everywhere but optional.
     assert dcgm.status is Status.WARN
-    assert "2 node(s) with every required series" in dcgm.detail
+    assert "3 node(s) with every required series" in dcgm.detail
     assert "gpu1 lacks" in dcgm.detail and "DCGM_FI_PROF_SM_ACTIVE" in dcgm.detail
     assert "DCGM_FI_DEV_GPU_UTIL" not in dcgm.detail
     own = check_prometheus_series(query, series_needs("slurm-exporter"))
@@ -341,3 +353,18 @@ def test_doctor_fails_the_check_when_prometheus_is_unreachable() -> None:
     client = PrometheusClient(f"http://127.0.0.1:{_free_port()}", 2.0)
     check = check_prometheus_series(client.query, series_needs("jobstats"))
     assert check.status is Status.FAIL and "unreachable" in check.detail
+
+
+def test_our_exporters_repeated_summaries_count_once_weighted_by_their_readings(
+    client: PrometheusClient,
+) -> None:
+    result = SlurmExporterSource(client, PromSourceOptions()).records_for(
+        _job(REPEATING, REPEATING.hosts)
+    )
+    (node,) = result.nodes
+    (gpu,) = node.gpus
+    last = (SCRAPES - 1) // 3 * 3  # the last summary the scrapes saw
+    duties = [REPEATING.reading("gpu4", 0, k)[0] for k in range(last + 1)]
+    # One reading per sampler interval the counters moved over, at the counters' mean duty.
+    assert gpu.samples == last + 1
+    assert gpu.utilization.mean == pytest.approx(sum(duties) / len(duties), abs=0.01)
