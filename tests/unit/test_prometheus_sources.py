@@ -16,6 +16,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -368,3 +369,28 @@ def test_our_exporters_repeated_summaries_count_once_weighted_by_their_readings(
     # One reading per sampler interval the counters moved over, at the counters' mean duty.
     assert gpu.samples == last + 1
     assert gpu.utilization.mean == pytest.approx(sum(duties) / len(duties), abs=0.01)
+
+
+@pytest.mark.parametrize("readings", [1, 3, 2000])
+def test_the_lab_shapes_take_the_newest_whole_spool_reading(tmp_path: Path, readings: int) -> None:
+    from slurm_gpu.capture.spool import SpoolHeader, SpoolWriter
+    from slurm_gpu.capture.spoolpaths import JobSpool
+    from slurm_gpu.live.testshapes import last_reading
+
+    paths = JobSpool(str(tmp_path), "77", "gpu1")
+    Path(paths.job_dir).mkdir()
+    header = SpoolHeader("77", "gpu1", 1001, 1.0, "virtual", (GpuInfo("GPU-a"),), 100.0)
+    writer = SpoolWriter(paths.jsonl, header)
+    for k in range(readings):
+        writer.append(
+            101.0 + k,
+            [GpuSample("GPU-a", 101.0 + k, utilization_pct=float(k % 100))],
+            HostSample(101.0 + k, 2.0 * k, 1 << 30, None, None, 1, "cgroup2"),
+        )
+    writer.close()
+    with open(paths.jsonl, "ab") as fh:
+        fh.write(b"[1e9, [[50")  # a line being written
+    got = last_reading(str(tmp_path), "77", "gpu1")
+    assert got is not None and got.time_s == 100.0 + readings
+    assert got.gpus[0].utilization_pct == float((readings - 1) % 100)
+    assert last_reading(str(tmp_path), "78", "gpu1") is None
