@@ -12,7 +12,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -523,3 +523,31 @@ def check_prometheus_series(query: Callable[[str], list[Sample]], needs: SeriesN
         "a missing required series makes the node missing for its jobs; an optional one "
         "leaves that signal unknown",
     )
+
+
+def prometheus_checks(
+    url: str, timeout_s: float, sources: Iterable[str]
+) -> dict[str, Callable[[], Check]]:
+    """``check_prometheus_series`` for each Prometheus source among ``sources`` (the names
+    written in records: ``dcgm-exporter``, ``jobstats``, ``slurm-exporter``; others are
+    skipped), keyed by check name, for ``slurm-gpu doctor`` to run with its other checks."""
+    from slurm_gpu.live.promclient import PrometheusClient
+
+    def one(needs: SeriesNeeds) -> Callable[[], Check]:
+        def check() -> Check:
+            try:
+                client = PrometheusClient(url, timeout_s)
+            except SlurmGpuError as err:
+                return Check(f"prometheus:{needs.source}", Status.FAIL, err.message, err.hint)
+            return check_prometheus_series(client.query, needs)
+
+        return check
+
+    out: dict[str, Callable[[], Check]] = {}
+    for source in dict.fromkeys(sources):
+        try:
+            needs = series_needs(source)
+        except KeyError:
+            continue
+        out[f"prometheus:{source}"] = one(needs)
+    return out

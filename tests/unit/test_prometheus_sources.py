@@ -394,3 +394,15 @@ def test_the_lab_shapes_take_the_newest_whole_spool_reading(tmp_path: Path, read
     assert got is not None and got.time_s == 100.0 + readings
     assert got.gpus[0].utilization_pct == float((readings - 1) % 100)
     assert last_reading(str(tmp_path), "78", "gpu1") is None
+
+
+def test_doctor_builds_one_check_per_prometheus_source() -> None:
+    from slurm_gpu.doctor import Status, prometheus_checks
+
+    checks = prometheus_checks(
+        f"http://127.0.0.1:{_free_port()}", 2.0, ["virtual", "jobstats", "dcgm-exporter"]
+    )
+    assert sorted(checks) == ["prometheus:dcgm-exporter", "prometheus:jobstats"]
+    assert all(c().status is Status.FAIL for c in checks.values())  # nothing listens there
+    bad = prometheus_checks("not a url", 2.0, ["jobstats"])["prometheus:jobstats"]()
+    assert bad.status is Status.FAIL and "not an http(s) URL" in bad.detail
