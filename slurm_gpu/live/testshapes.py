@@ -5,8 +5,9 @@ the unit tests and the benchmark hold the series of NVIDIA's dcgm-exporter (HPC 
 mode) and of Princeton's jobstats exporters (the GPU exporter and the cgroup exporter) for
 jobs that ran on virtual GPUs, under those exporters' exact metric names, label names and
 units, so that the Prometheus sources (``slurm_gpu.sources.prometheus_*``) are tested on the
-shapes they will meet. Values come from the samplers' live summaries (``LiveJob``): the last
-reading's duty cycle, memory and power, the energy and CPU time so far.
+shapes they will meet. Values come from the samplers' live summaries (``LiveJob``); in the lab
+(``main``) each job's GPUs and host are set to its newest spool reading, since the summary is
+rewritten only every 10 s and a real exporter shows the GPU's state at each scrape.
 
 Real exporters set ``instance`` through Prometheus' target; here one process speaks for every
 node, so the series carry ``instance="<host>:<exporter port>"`` themselves and are scraped with
