@@ -12,7 +12,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -20,6 +20,7 @@ import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.live.promclient import Sample
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.trust import untrusted_ancestry_reason, untrusted_reason
 
@@ -595,3 +596,109 @@ def check_transport(
         )
     side = "inbox roles insert-only" if collector_side else "node pushes records"
     return Check("transport", Status.OK, f"postgresql: {side}")
+# ----------------------------------------------------------------- a site's Prometheus series
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesNeeds:
+    """The metric names one Prometheus source reads, and the label that names the node."""
+
+    source: str
+    node_label: str
+    required: tuple[str, ...]
+    """Without these a node reads as missing."""
+    optional: tuple[str, ...]
+    """Read where present (left unknown otherwise)."""
+
+
+def series_needs(source: str) -> SeriesNeeds:
+    """The needs of the Prometheus source ``source`` (``dcgm-exporter``, ``jobstats``,
+    ``slurm-exporter``); ``KeyError`` for another name."""
+    from slurm_gpu.sources import prometheus_dcgm, prometheus_exporter, prometheus_jobstats
+
+    if source == prometheus_dcgm.NAME:
+        req = prometheus_dcgm.REQUIRED
+        return SeriesNeeds(
+            source, "Hostname", req, tuple(n for n in prometheus_dcgm.FIELDS if n not in req)
+        )
+    if source == prometheus_jobstats.NAME:
+        req = prometheus_jobstats.REQUIRED
+        every = (*prometheus_jobstats.GPU_FIELDS, *prometheus_jobstats.HOST_FIELDS)
+        return SeriesNeeds(source, "instance", req, tuple(n for n in every if n not in req))
+    if source == prometheus_exporter.NAME:
+        req = prometheus_exporter.REQUIRED
+        every = (*prometheus_exporter.GPU_FIELDS, *prometheus_exporter.HOST_FIELDS)
+        return SeriesNeeds(source, "host", req, tuple(n for n in every if n not in req))
+    raise KeyError(source)
+
+
+def check_prometheus_series(query: Callable[[str], list[Sample]], needs: SeriesNeeds) -> Check:
+    """Which of ``needs``' series the site's Prometheus holds now, per node: one instant
+    query ``count by (<node label>) (<metric>)`` per metric name (``query`` raises
+    ``SlurmGpuError`` when Prometheus is unreachable).
+    FAIL when no node has the required series, WARN when some node lacks one (that node's
+    jobs read as missing there) or lacks an optional one (left unknown), else OK."""
+    from slurm_gpu.sources.prometheus_common import short_host
+
+    name = f"prometheus:{needs.source}"
+    has: dict[str, set[str]] = {}
+    try:
+        for metric in (*needs.required, *needs.optional):
+            rows = query(f"count by ({needs.node_label}) ({metric})")
+            has[metric] = {short_host(r.labels.get(needs.node_label, "")) for r in rows} - {""}
+    except SlurmGpuError as err:
+        return Check(name, Status.FAIL, err.message, err.hint)
+    nodes = set().union(*has.values()) if has else set()
+    complete = {n for n in nodes if all(n in has[m] for m in needs.required)}
+    if not complete:
+        return Check(
+            name,
+            Status.FAIL,
+            f"no node has {', '.join(needs.required)}",
+            f"point the source at the Prometheus that scrapes {needs.source} "
+            "(docs/install-prometheus.md)",
+        )
+    lacking = []
+    for node in sorted(nodes):
+        gone = [m for m in (*needs.required, *needs.optional) if node not in has[m]]
+        if gone:
+            lacking.append(f"{node} lacks {', '.join(gone)}")
+    detail = f"{len(complete)} node(s) with every required series"
+    if not lacking:
+        return Check(name, Status.OK, f"{detail}, and every optional one")
+    shown = "; ".join(lacking[:10]) + ("; ..." if len(lacking) > 10 else "")
+    return Check(
+        name,
+        Status.WARN,
+        f"{detail}; {shown}",
+        "a missing required series makes the node missing for its jobs; an optional one "
+        "leaves that signal unknown",
+    )
+
+
+def prometheus_checks(
+    url: str, timeout_s: float, sources: Iterable[str]
+) -> dict[str, Callable[[], Check]]:
+    """``check_prometheus_series`` for each Prometheus source among ``sources`` (the names
+    written in records: ``dcgm-exporter``, ``jobstats``, ``slurm-exporter``; others are
+    skipped), keyed by check name, for ``slurm-gpu doctor`` to run with its other checks."""
+    from slurm_gpu.live.promclient import PrometheusClient
+
+    def one(needs: SeriesNeeds) -> Callable[[], Check]:
+        def check() -> Check:
+            try:
+                client = PrometheusClient(url, timeout_s)
+            except SlurmGpuError as err:
+                return Check(f"prometheus:{needs.source}", Status.FAIL, err.message, err.hint)
+            return check_prometheus_series(client.query, needs)
+
+        return check
+
+    out: dict[str, Callable[[], Check]] = {}
+    for source in dict.fromkeys(sources):
+        try:
+            needs = series_needs(source)
+        except KeyError:
+            continue
+        out[f"prometheus:{source}"] = one(needs)
+    return out

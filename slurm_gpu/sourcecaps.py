@@ -68,7 +68,8 @@ CAPABILITIES: dict[str, SourceCapabilities] = {
             "jobstats", "jobstats via Prometheus", 30.0, True, False, True, True, False, True
         ),
         # The project's own exporter (live summaries of the hooks' samplers) read back from
-        # Prometheus: series at the scrape interval, without the per-reading process list.
+        # Prometheus: series at the scrape interval, without the per-reading process list, and
+        # without SM activity (the exposition has no such family).
         SourceCapabilities(
             "slurm-exporter",
             "the slurm-gpu exporter via Prometheus",
@@ -77,7 +78,7 @@ CAPABILITIES: dict[str, SourceCapabilities] = {
             False,
             True,
             True,
-            True,
+            False,
             True,
         ),
         # Slurm accounting alone: per-step means of gres/gpuutil and gres/gpumem

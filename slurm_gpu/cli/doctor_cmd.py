@@ -157,6 +157,18 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
             settings, functools.partial(_node_role_excess, settings)
         ),
     }
+    # Partitions read from the site's Prometheus: which of each source's series it holds,
+    # per node (docs/install-prometheus.md).
+    from slurm_gpu.sources.prometheus import RECORD_NAMES
+
+    used = {settings.source.default, *settings.source.partitions.values()}
+    pulled = [RECORD_NAMES[n] for n in sorted(used) if n in RECORD_NAMES]
+    if pulled and settings.live.prometheus_url and trusted:
+        checks.update(
+            doctor.prometheus_checks(
+                settings.live.prometheus_url, settings.live.prometheus_timeout_s, pulled
+            )
+        )
     if not trusted:
         for name in ACTING:
             checks[name] = functools.partial(_skipped, name)

@@ -77,8 +77,12 @@ class _BoundedReader:
         self._raw.close()
 
 
-def make_handler(opts: ExporterOptions) -> type[http.server.BaseHTTPRequestHandler]:
-    """The request handler class serving ``opts``."""
+def make_handler(
+    opts: ExporterOptions, body: Callable[[], str] | None = None
+) -> type[http.server.BaseHTTPRequestHandler]:
+    """The request handler class serving ``opts`` (or what ``body`` returns at each scrape:
+    the lab's test-only shapes, ``live.testshapes``)."""
+    render_body = body if body is not None else lambda: exposition(opts)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -118,16 +122,16 @@ def make_handler(opts: ExporterOptions) -> type[http.server.BaseHTTPRequestHandl
                 self.send_error(404, "Only /metrics is served")
                 return
             try:
-                body = exposition(opts).encode()
+                data = render_body().encode()
             except Exception:  # one bad scrape must not stop the exporter
                 log.exception("exposition failed")
                 self.send_error(500, "Exposition failed")
                 return
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(data)
 
         def _not_allowed(self) -> None:
             self.send_error(405, "Only GET is served")
@@ -146,9 +150,11 @@ class ExporterServer(socketserver.TCPServer):
     allow_reuse_address = True
 
 
-def make_server(opts: ExporterOptions, address: str, port: int) -> ExporterServer:
+def make_server(
+    opts: ExporterOptions, address: str, port: int, body: Callable[[], str] | None = None
+) -> ExporterServer:
     """Bind ``address:port`` (port 0: any free one). Raises ``OSError``."""
-    return ExporterServer((address, port), make_handler(opts))
+    return ExporterServer((address, port), make_handler(opts, body))
 
 
 def write_textfile(opts: ExporterOptions, path: str) -> None:

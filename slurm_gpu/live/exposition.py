@@ -182,7 +182,7 @@ def _value(v: float | int) -> str:
     return repr(v)
 
 
-def _job_labels(job: LiveJob) -> str:
+def job_labels(job: LiveJob) -> str:
     e = escape_label_value
     return (
         f'job_id="{e(job.job_id)}",user="{e(job.user)}",account="{e(job.account)}",'
@@ -204,7 +204,7 @@ def render(snapshot: NodeSnapshot) -> str:
     """The exposition of ``snapshot``: every family with its HELP and TYPE, then the
     exporter's own two families (jobs exposed, summaries skipped by reason)."""
     jobs: Sequence[LiveJob] = snapshot.jobs
-    job_rows = [(_job_labels(j), j) for j in jobs]
+    job_rows = [(job_labels(j), j) for j in jobs]
     gpu_rows: list[tuple[str, LiveGpu]] = []
     for labels, j in job_rows:
         gpu_rows.extend((f'{labels},gpu_uuid="{escape_label_value(g.uuid)}"', g) for g in j.gpus)

@@ -1,6 +1,8 @@
 """A small client of Prometheus' HTTP API (instant queries), and the live jobs it holds.
 
-Only ``GET /api/v1/query`` is used, with the standard library's ``urllib``; the answer is
+Only ``GET /api/v1/query`` is used (an instant vector for the live view; a range selector
+``metric[Ns]``, answered as a matrix of raw samples, for the telemetry sources of
+``slurm_gpu.sources``), with the standard library's ``urllib``; the answer is
 read bounded (``MAX_RESPONSE_BYTES``) and checked field by field. Series become the same
 ``LiveJob``/``LiveGpu`` records that the node's live files give (``live.snapshot``), so the
 live view does not care where its numbers came from; label values are cleaned where they
@@ -75,6 +77,15 @@ class Sample:
     value: float
 
 
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of a range-vector answer: its labels and its raw samples, as stored by
+    Prometheus at each scrape (unix seconds, value), oldest first; non-finite values dropped."""
+
+    labels: dict[str, str]
+    points: tuple[tuple[float, float], ...]
+
+
 Fetch = Callable[[str, float], bytes]
 """``fetch(url, timeout_s) -> body``: the HTTP seam (raises ``OSError`` or ``URLError``)."""
 
@@ -108,6 +119,16 @@ class PrometheusClient:
         """The instant vector of ``promql`` (now, or at ``at_s``); raises
         ``PrometheusUnavailableError`` when Prometheus is unreachable or the answer is not
         a vector."""
+        return parse_vector(self._get(promql, at_s))
+
+    def query_matrix(self, promql: str, at_s: float) -> list[Series]:
+        """The range vector of ``promql`` (a selector with a ``[Ns]`` range) at ``at_s``:
+        every raw sample of the window, at the series' own resolution. Raises
+        ``PrometheusUnavailableError`` as ``query`` does, or when the answer is not a
+        matrix."""
+        return parse_matrix(self._get(promql, at_s))
+
+    def _get(self, promql: str, at_s: float | None) -> bytes:
         params = {"query": promql}
         if at_s is not None:
             params["time"] = repr(at_s)
@@ -126,7 +147,7 @@ class PrometheusClient:
                 f"Prometheus at {self.base_url} is unreachable ({reason})",
                 hint="check live.prometheus_url; empty reads this node's live files instead",
             ) from None
-        return parse_vector(raw)
+        return raw
 
     def listen_address(self) -> str:
         """Prometheus' ``--web.listen-address`` from ``/api/v1/status/flags`` (``slurm-gpu
@@ -188,6 +209,35 @@ def parse_vector(raw: bytes) -> list[Sample]:
         raise PrometheusUnavailableError(
             f"Prometheus' answer is not a query result ({exc})",
             hint="is live.prometheus_url Prometheus' base URL (not its /graph page)?",
+        ) from None
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise TypeError("labels are not an object")
+    return {clean_user_text(str(k), 128): clean_user_text(str(v), 128) for k, v in raw.items()}
+
+
+def parse_matrix(raw: bytes) -> list[Series]:
+    """The series of a range-vector (matrix) answer; ``PrometheusUnavailableError``
+    otherwise. Label names and values are cleaned here, where they enter."""
+    try:
+        body = json.loads(raw)
+        if body.get("status") != "success" or body["data"]["resultType"] != "matrix":
+            raise ValueError("not a successful matrix result")
+        out = []
+        for item in body["data"]["result"]:
+            points = []
+            for t, v in item["values"]:
+                value, at = float(v), float(t)
+                if math.isfinite(value) and math.isfinite(at):
+                    points.append((at, value))
+            out.append(Series(_labels(item["metric"]), tuple(points)))
+        return out
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise PrometheusUnavailableError(
+            f"Prometheus' answer is not a range query result ({exc})",
+            hint="is the Prometheus URL its base URL (not its /graph page)?",
         ) from None
 
 
