@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import slurmtools
@@ -157,3 +158,54 @@ def test_a_job_without_series_has_its_node_missing_and_nothing_to_act_on(
     with open_store(settings, readonly=True) as store:
         stored = store.get_job(job_id)
     assert stored is not None and stored.telemetry == "complete"
+
+
+def _pull_config(tmp_path: Path, name: str) -> Path:
+    """The cluster's settings (thresholds scaled to its short jobs) with an empty spool, a
+    store of its own, and every partition read from the Prometheus source ``name``."""
+    base = slurmtools.slurm_gpu_config_path().read_text()
+    text = re.sub(r"(?m)^spool_dir = .*$", f'spool_dir = "{tmp_path}/spool"', base, count=1)
+    text = re.sub(r"(?m)^state_dir = .*$", f'state_dir = "{tmp_path}/state"', text, count=1)
+    text = re.sub(r"(?m)^\[store\]\n", f'[store]\nurl = "sqlite:///{tmp_path}/state/s.db"\n', text)
+    text += f'\n[source]\ndefault = "{name}"\npull_lookback_s = 3600.0\n'
+    (tmp_path / "spool").mkdir(exist_ok=True)
+    cfg = tmp_path / f"pull-{name}.toml"
+    cfg.write_text(text)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("name", "record_name"),
+    [("dcgm", "dcgm-exporter"), ("jobstats", "jobstats"), ("exporter", "slurm-exporter")],
+)
+def test_collect_pulls_the_demo_jobs_from_each_prometheus_source(
+    jobs: dict[str, str], tmp_path: Path, name: str, record_name: str
+) -> None:
+    # ``slurm-gpu collect`` itself, configured as a site without hooks would be: the pull pass
+    # finds the ended jobs in accounting and reads each from the source.
+    cfg = _pull_config(tmp_path, name)
+    slurm_gpu = str(slurmtools.venv_python().with_name("slurm-gpu"))
+    done = subprocess.run(
+        [slurm_gpu, "--config", str(cfg), "collect", "--once", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    pulled = load_settings(str(cfg))
+    with open_store(_settings(), readonly=True) as hooks_store, open_store(pulled) as store:
+        for pattern in PATTERNS:
+            got = store.get_job(jobs[pattern])
+            ref = hooks_store.get_job(jobs[pattern])
+            assert got is not None and ref is not None, pattern
+            assert {n.source for n in got.nodes} == {record_name}
+            assert got.missing_hosts == () and got.telemetry != "missing", (pattern, got)
+            from_source = _user_problems([(f.code, f.severity) for f in got.findings])
+            from_hooks = _user_problems([(f.code, f.severity) for f in ref.findings])
+            assert from_source == from_hooks, (pattern, name, from_source, from_hooks)
+        hidden = store.get_job(jobs["hidden"])
+        assert hidden is not None
+        if name != "exporter":  # our exporter's own series were not hidden
+            assert tuple(hidden.missing_hosts) == (slurmtools.node_name(),)
+            assert hidden.telemetry != "complete"
