@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -67,6 +68,7 @@ class ReportPrerenderer:
         self._plain: TerminalRenderer | None = None
         self._colour: TerminalRenderer | None = None
         self._wording: adapter.Wording | None = None
+        self._writing: threading.Thread | None = None
 
     @property
     def enabled(self) -> bool:
@@ -95,7 +97,9 @@ class ReportPrerenderer:
         assert self.path is not None
         with SqliteReader.open(self.path) as reader:
             jobs = [s.job for s in reader.jobs_for_ids(ids)]
-        return (len(ids), self._render_and_write(jobs))
+        written = self._render_and_write(jobs)
+        self.flush()
+        return (len(ids), written)
 
     def _render_and_write(self, jobs: Sequence[JobRecord]) -> int:
         eligible = [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
@@ -133,8 +137,29 @@ class ReportPrerenderer:
                     )
         self._store.write_reports(out)
         # After the commit, as the store's rows: the owner's copy, readable by the owner alone.
-        self._files.write(files)
+        # Written by a thread while the collector goes on with its next batch: the writing is
+        # mostly system calls (creating, writing and renaming files, one syncfs), which run
+        # without the interpreter lock, so on a machine with two cores they overlap the
+        # collector's own work. One batch at a time, in order; ``flush`` waits for it.
+        self.flush()
+        self._writing = threading.Thread(
+            target=self._write_files, args=(files,), name="report-files", daemon=False
+        )
+        self._writing.start()
         return len(out)
+
+    def _write_files(self, files: list[ReportFile]) -> None:
+        try:
+            self._files.write(files)
+        except Exception:  # the writer logs its own errors; anything else must not be lost
+            log.exception("writing report files failed; gpueff falls back to the store")
+
+    def flush(self) -> None:
+        """Wait until the report files of the last batch are written (the collector calls it
+        at the end of each pass; ``refresh`` before it returns). Never raises."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.join()
 
     def _render(
         self, sq: Any, job: JobRecord, now: float

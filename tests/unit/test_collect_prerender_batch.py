@@ -194,3 +194,51 @@ def _all_jobs(state: Path) -> list:  # type: ignore[type-arg]
     assert path is not None
     with SqliteReader.open(path) as sq:
         return [s.job for s in sq.jobs_for_ids(["1001", "2003_1", "2003_2", "4000+0", "4000+1"])]
+
+
+def _spark_reference(timeline: Any, gpu: int, points: int) -> tuple[float | None, ...]:
+    """The sparkline's down-sampling as first written (one filtered chunk per point)."""
+    values = [
+        p.gpu_utilization_pct[gpu] if gpu < len(p.gpu_utilization_pct) else None for p in timeline
+    ]
+    if len(values) <= points:
+        return tuple(values)
+    out: list[float | None] = []
+    for i in range(points):
+        chunk = [v for v in values[i * len(values) // points : (i + 1) * len(values) // points]]
+        present = [v for v in chunk if v is not None]
+        out.append(sum(present) / len(present) if present else None)
+    return tuple(out)
+
+
+def test_the_sparkline_sampling_gives_the_same_values() -> None:
+    import random
+
+    from slurm_gpu.records import TimelinePoint
+
+    rng = random.Random(5)
+
+    def timeline(n: int, gpus: int, gaps: float) -> tuple[TimelinePoint, ...]:
+        return tuple(
+            TimelinePoint(
+                t_s=10.0 * i,
+                width_s=10.0,
+                samples=1,
+                gpu_utilization_pct=tuple(
+                    None if rng.random() < gaps else round(rng.uniform(0, 100), 2)
+                    for _ in range(gpus)
+                ),
+                gpu_memory_used_max_bytes=(None,) * gpus,
+                gpu_power_w=(None,) * gpus,
+                host_cpu_cores=None,
+                host_rss_max_bytes=None,
+            )
+            for i in range(n)
+        )
+
+    ragged = timeline(50, 2, 0.0) + timeline(50, 1, 0.0)
+    cases = [timeline(360, 4, 0.0), timeline(361, 3, 0.2), timeline(10, 2, 0.0), (), ragged]
+    cases.append(timeline(100, 1, 1.0))  # no reading at all
+    for tl in cases:
+        for gpu in range(5):
+            assert adapter._spark(tl, gpu, 24) == _spark_reference(tl, gpu, 24)
