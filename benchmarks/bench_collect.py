@@ -16,7 +16,8 @@ Spool: one sealed record per job, one node, ``--gpus`` GPUs, one hour at the def
 interval (360 readings, 360 timeline points), utilization and power with noise so the
 compressed timelines are realistic rather than flat.
 
-Each configuration runs ``--repeat`` times (fresh spool and store each time); the table gives
+Each configuration runs ``--repeat`` times (fresh spool and store each time), in rounds that
+run every configuration once (reports off and on alternate); the table gives
 the median rate with its range, the collector's own CPU time per job (``time.process_time``,
 which a loaded machine disturbs less than the wall clock; the sacct processes are not in it)
 and the 1-minute load average when the runs started.
@@ -29,6 +30,7 @@ Run as root on the test cluster host::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -379,21 +381,36 @@ def main() -> None:
         default="both",
         help="with the gpueff report step, without it, or both in the same run (default)",
     )
+    ap.add_argument("--jsonl", help="also append one JSON line per run to this file")
     args = ap.parse_args()
     template = args.template_job or newest_gpu_job()
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.reports]
+    configs = [(g, n, r) for g in args.gpus for n in args.jobs for r in modes]
+    results: dict[tuple[int, int, bool], list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
-        print(f"template job {template}; host {args.host}; {args.repeat} run(s) each")
+        print(f"template job {template}; host {args.host}; {args.repeat} round(s)")
+        # Rounds, each running every configuration once: on a shared machine a disturbance
+        # then falls on one run of several configurations instead of on all runs of one.
+        for k in range(args.repeat):
+            for n_gpus, n, reports in configs:
+                r = run(n, n_gpus, template, args.host, Path(tmp), reports)
+                results[(n_gpus, n, reports)].append(r)
+                print(
+                    f"round {k + 1}: {n:,} jobs, {n_gpus} GPU(s), reports "
+                    f"{'on' if reports else 'off'}: {r['jobs_per_s']:.0f} jobs/s, "
+                    f"{r['cpu_ms_per_job']:.2f} ms CPU/job, load {r['load']:.1f}",
+                    flush=True,
+                )
+                if args.jsonl:
+                    with open(args.jsonl, "a") as f:
+                        f.write(json.dumps(dict(r, reports=reports, round=k + 1)) + "\n")
         print(
-            "| jobs | GPUs/job | reports rendered | jobs/s median (min–max) | "
+            "\n| jobs | GPUs/job | reports rendered | jobs/s median (min–max) | "
             "collector CPU ms/job median | sacct calls | load avg (1 min) | "
             "KB per GPU-hour (timelines alone) |"
         )
         print("|---:|---:|---|---:|---:|---:|---:|---:|")
-        modes = {"off": [False], "on": [True], "both": [False, True]}[args.reports]
-        for n_gpus, n, reports in ((g, n, r) for g in args.gpus for n in args.jobs for r in modes):
-            runs = [
-                run(n, n_gpus, template, args.host, Path(tmp), reports) for _ in range(args.repeat)
-            ]
+        for (n_gpus, n, reports), runs in results.items():
             rates = sorted(r["jobs_per_s"] for r in runs)
             cpu = statistics.median(r["cpu_ms_per_job"] for r in runs)
             loads = [r["load"] for r in runs]

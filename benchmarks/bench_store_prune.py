@@ -44,18 +44,20 @@ from slurm_gpu.store import Store, codec, schema
 from slurm_gpu.store.export import export
 from slurm_gpu.store.prune import DAY_S, RetentionPolicy, prune
 
-PG_SCHEMA = "bench_prune"
+PG_SCHEMA = "bench_prune"  # the default of --pg-schema
 FILL_CHUNK = 5000
 
 
-def _reset_pg(url: str) -> str:
+def _reset_pg(url: str, pg_schema: str) -> str:
+    if not pg_schema.isidentifier():
+        raise SystemExit(f"--pg-schema {pg_schema!r}: use letters, digits and underscores")
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
-        conn.exec_driver_sql(f"CREATE SCHEMA {PG_SCHEMA}")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {pg_schema} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {pg_schema}")
     engine.dispose()
     sep = "&" if "?" in url else "?"
-    return f"{url}{sep}options=-csearch_path%3D{PG_SCHEMA}"
+    return f"{url}{sep}options=-csearch_path%3D{pg_schema}"
 
 
 def fill(url: str, n: int, now_s: float) -> float:
@@ -325,7 +327,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--ingest-jobs", type=int, default=1000)
-    ap.add_argument("--pg-url", help=f"also on PostgreSQL (works in schema {PG_SCHEMA})")
+    ap.add_argument("--pg-url", help="also on PostgreSQL, in the schema --pg-schema")
+    ap.add_argument(
+        "--pg-schema",
+        default=PG_SCHEMA,
+        help=f"schema dropped and recreated for the run (default {PG_SCHEMA}); give each "
+        "concurrent run on a shared server its own",
+    )
     ap.add_argument("--no-sqlite", action="store_true")
     ap.add_argument("--dir", default=None, help="where the SQLite store goes (default: a temp dir)")
     args = ap.parse_args()
@@ -335,7 +343,13 @@ def main() -> None:
         if not args.no_sqlite:
             run("SQLite", f"sqlite:///{tmp}/store.db", args.jobs, args.ingest_jobs, tmp)
         if args.pg_url:
-            run("PostgreSQL", _reset_pg(args.pg_url), args.jobs, args.ingest_jobs, tmp)
+            run(
+                "PostgreSQL",
+                _reset_pg(args.pg_url, args.pg_schema),
+                args.jobs,
+                args.ingest_jobs,
+                tmp,
+            )
         print(f"\nload average (1 min) at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -596,6 +596,8 @@ def check_transport(
         )
     side = "inbox roles insert-only" if collector_side else "node pushes records"
     return Check("transport", Status.OK, f"postgresql: {side}")
+
+
 # ----------------------------------------------------------------- a site's Prometheus series
 
 

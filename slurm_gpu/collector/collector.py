@@ -94,9 +94,12 @@ class CommentPublisher(Protocol):
 
 class ReportPublisher(Protocol):
     """Renders stored jobs' ``gpueff`` reports into the store
-    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written."""
+    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written. Work it
+    leaves running (the owners' report files) is done when ``flush`` returns."""
 
     def publish(self, jobs: Sequence[JobRecord]) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class SealedLike(Protocol):
@@ -487,6 +490,8 @@ class Collector:
                 wanted = {job_id} if wanted is None else wanted & {job_id}
             return self._run(wanted, missing_pass=missing_pass and job_id is None and only is None)
         finally:
+            if self.reports is not None:
+                self.reports.flush()  # the pass ends when its report files are written
             os.close(self._state_fd)
             self._state_fd = None
 

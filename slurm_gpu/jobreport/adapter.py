@@ -7,9 +7,10 @@ renderers see only ``slurm_gpu.jobreport.model``. Pure: no I/O.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from slurm_gpu.analysis.findings import sbatch_flag
 from slurm_gpu.jobreport import fmt
@@ -86,15 +87,22 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
 
 def _spark(timeline: Sequence[TimelinePoint], gpu: int, points: int) -> tuple[float | None, ...]:
     """Down-sample one GPU's utilization timeline to at most ``points`` means."""
-    values = [
-        p.gpu_utilization_pct[gpu] if gpu < len(p.gpu_utilization_pct) else None for p in timeline
-    ]
-    if len(values) <= points:
+    utils = [p.gpu_utilization_pct for p in timeline]
+    if utils and min(map(len, utils)) > gpu:
+        values: list[float | None] = list(map(operator.itemgetter(gpu), utils))
+    else:
+        values = [u[gpu] if gpu < len(u) else None for u in utils]
+    n = len(values)
+    if n <= points:
         return tuple(values)
+    bounds = [(i * n // points, (i + 1) * n // points) for i in range(points)]
+    if None not in values:
+        # Every reading present (the usual case): the same sums, without filtering each chunk
+        # (n > points, so no chunk is empty).
+        full = cast(list[float], values)
+        return tuple(sum(full[lo:hi]) / (hi - lo) for lo, hi in bounds)
     out: list[float | None] = []
-    for i in range(points):
-        lo = i * len(values) // points
-        hi = (i + 1) * len(values) // points
+    for lo, hi in bounds:
         chunk = [v for v in values[lo:hi] if v is not None]
         out.append(sum(chunk) / len(chunk) if chunk else None)
     return tuple(out)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -68,6 +69,7 @@ class ReportPrerenderer:
         self._plain: TerminalRenderer | None = None
         self._colour: TerminalRenderer | None = None
         self._wording: adapter.Wording | None = None
+        self._writing: threading.Thread | None = None
 
     @property
     def enabled(self) -> bool:
@@ -98,7 +100,9 @@ class ReportPrerenderer:
             return (len(ids), self._render_and_write([s.job for s in found if s is not None]))
         with SqliteReader.open(self.path) as reader:
             jobs = [s.job for s in reader.jobs_for_ids(ids)]
-        return (len(ids), self._render_and_write(jobs))
+        written = self._render_and_write(jobs)
+        self.flush()
+        return (len(ids), written)
 
     def _render_and_write(self, jobs: Sequence[JobRecord]) -> int:
         eligible = [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
@@ -140,9 +144,31 @@ class ReportPrerenderer:
         self._store.write_reports(out)
         # After the commit, as the store's rows: the owner's copy, readable by the owner alone.
         # A PostgreSQL store needs none: its row-level security shows users their own rows.
-        if self.path is not None:
-            self._files.write(files)
+        if self.path is None:
+            return len(out)
+        # Written by a thread while the collector goes on with its next batch: the writing is
+        # mostly system calls (creating, writing and renaming files, one syncfs), which run
+        # without the interpreter lock, so on a machine with two cores they overlap the
+        # collector's own work. One batch at a time, in order; ``flush`` waits for it.
+        self.flush()
+        self._writing = threading.Thread(
+            target=self._write_files, args=(files,), name="report-files", daemon=False
+        )
+        self._writing.start()
         return len(out)
+
+    def _write_files(self, files: list[ReportFile]) -> None:
+        try:
+            self._files.write(files)
+        except Exception:  # the writer logs its own errors; anything else must not be lost
+            log.exception("writing report files failed; gpueff falls back to the store")
+
+    def flush(self) -> None:
+        """Wait until the report files of the last batch are written (the collector calls it
+        at the end of each pass; ``refresh`` before it returns). Never raises."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.join()
 
     def _render(
         self, sq: Any, job: JobRecord, now: float
@@ -181,9 +207,38 @@ class ReportPrerenderer:
         # The GPU part as the reader built it (already read: no second store read), for the
         # owner's full ``gpueff`` (listings, arrays) when the store is closed to them.
         tel = reader.final(job)
-        telemetry = None if tel is None else dataclasses.asdict(tel)
+        telemetry = None if tel is None else as_dict(tel)
         return cached, jsonout.job_json(found.groups[0][1][0]), telemetry
 
+
+def as_dict(obj: Any) -> Any:
+    """``dataclasses.asdict(obj)`` for the report model's values (dataclasses, tuples, lists,
+    dicts and immutable leaves: str, int, float, bool, enums, None), equal to it: the leaves
+    are shared instead of deep-copied, which made ``asdict`` a quarter of a 4-GPU report."""
+    kind = type(obj)
+    if kind in _LEAVES:
+        return obj
+    fields = _FIELDS.get(kind)
+    if fields is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(obj))
+    if fields is not None:
+        return {name: as_dict(getattr(obj, name)) for name in fields}
+    if kind is tuple or kind is list:
+        # A sparkline's values are leaves: copied as one sequence, not one call per value.
+        if all(type(v) in _LEAVES for v in obj):
+            return kind(obj)
+        return kind(as_dict(v) for v in obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple, as asdict does
+        return kind(*(as_dict(v) for v in obj))
+    if isinstance(obj, tuple | list):
+        return kind(as_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return {as_dict(k): as_dict(v) for k, v in obj.items()}
+    return obj
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 _SGR = re.compile("\x1b\\[[0-9;]*m")
 

@@ -367,6 +367,41 @@ def test_each_stored_batch_gets_its_gpueff_reports_rendered(env: Env) -> None:
     assert texts is not None and "No GPU telemetry was recorded" in texts[0]
 
 
+def test_a_pass_returns_after_its_report_files_are_written(env: Env) -> None:
+    """The owners' report files are written by a thread while the pass goes on; the pass
+    waits for them, the last batch's included, even when the writing is slow."""
+    import time
+    from collections.abc import Sequence
+
+    from slurm_gpu.config import parse_settings
+    from slurm_gpu.jobreport.prerender import ReportPrerenderer
+    from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
+
+    class SlowWriter(ReportFileWriter):
+        def write(self, reports: Sequence[ReportFile]) -> int:
+            time.sleep(0.3)  # slower than the rest of the pass
+            return super().write(reports)
+
+    settings = parse_settings(
+        {"paths": {"state_dir": str(env.state_dir)}, "store": {"url": env.url}}, path=None
+    )
+    env.clock.now = END + 3600
+    for i in range(3):
+        env.add_job(make_job(str(100 + i)), "node1")
+    root = env.state_dir.parent / "reports"
+    files = SlowWriter(str(root), group_of=lambda uid: os.getgid())
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2)
+        collector.reports = ReportPrerenderer(settings, store, files=files)
+        assert collector.run_once(missing_pass=False).ingested == ("100", "101", "102")
+    uid = make_job("100").uid
+    assert sorted(p.name for p in (root / str(uid)).iterdir()) == [
+        "100.report",
+        "101.report",
+        "102.report",
+    ]
+
+
 def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
     env: Env,
 ) -> None:
