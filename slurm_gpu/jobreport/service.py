@@ -138,6 +138,7 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         recommendations=tel.recommendations,
         notes=tel.notes,
         timeline_note=tel.timeline_note,
+        live_actions=tel.live_actions,
     )
 
 
