@@ -23,7 +23,7 @@ from slurm_gpu.jobreport.model import (
     TelemetryStatus,
 )
 from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
-from slurm_gpu.store.actionrows import TAKEN, stopped_gpu_hours
+from slurm_gpu.store.actionrows import TAKEN, stopped_per_action
 
 #: Sparkline width in points: enough to see the shape of a job, narrow enough for a terminal.
 SPARK_POINTS = 24
@@ -315,6 +315,8 @@ def live_action_views(job: JobRecord, actions: Iterable[Any]) -> tuple[LiveActio
     """The live policy's actions on ``job`` as its owner sees them: the warnings and
     cancellations it took, oldest first; dry-run ("would") actions are left out, since they
     did not happen (admins see them in the weekly report)."""
+    taken = sorted((a for a in actions if a.action in TAKEN), key=lambda a: a.at_s)
+    stopped = stopped_per_action(taken, job.start_s, job.time_limit_s)
     return tuple(
         LiveActionView(
             at_s=a.at_s,
@@ -323,12 +325,9 @@ def live_action_views(job: JobRecord, actions: Iterable[Any]) -> tuple[LiveActio
             action=a.action,
             gpus=a.gpus,
             idle_gpu_hours=a.idle_gpu_s / 3600.0,
-            stopped_gpu_hours=stopped_gpu_hours(
-                a.action, a.gpus, a.at_s, job.start_s, job.time_limit_s
-            ),
+            stopped_gpu_hours=gh,
         )
-        for a in sorted(actions, key=lambda a: a.at_s)
-        if a.action in TAKEN
+        for a, gh in zip(taken, stopped, strict=True)
     )
 
 

@@ -8,6 +8,7 @@ from being wasted (``stopped_gpu_hours``) lives here, so every place that shows 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,3 +64,21 @@ def stopped_gpu_hours(
         return None
     left_s = max(0.0, start_s + time_limit_s - at_s)
     return gpus * left_s / 3600.0
+
+
+def stopped_per_action(
+    actions: Sequence[Any], start_s: float | None, time_limit_s: int | None
+) -> list[float | None]:
+    """``stopped_gpu_hours`` of each of one job's ``actions`` (records with ``action``,
+    ``gpus`` and ``at_s``), in their order, crediting only the job's first cancellation: a
+    job asked to stop twice (it had not ended by the next pass) is stopped once."""
+    first = min((a.at_s for a in actions if a.action == "cancelled"), default=None)
+    out: list[float | None] = []
+    credited = False
+    for a in actions:
+        if a.action == "cancelled" and (credited or a.at_s != first):
+            out.append(0.0)
+            continue
+        credited = credited or a.action == "cancelled"
+        out.append(stopped_gpu_hours(a.action, a.gpus, a.at_s, start_s, time_limit_s))
+    return out
