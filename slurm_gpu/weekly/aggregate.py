@@ -30,8 +30,8 @@ Definitions (``docs/report.md`` explains them for readers of the report):
   and after its last one. A job is listed when, on every active GPU, the head (or the tail)
   lasted at least ``idle_edge_min_s``; its idle GPU-hours are the sum of heads and tails.
 - The live policy's actions count with their job, in the period the job ended in; GPU-hours
-  stopped from being wasted are ``actionrows.stopped_gpu_hours`` per cancellation (idle GPUs
-  × the time left until the job's time limit: an upper bound), as ``gpueff`` shows them.
+  stopped from being wasted are ``actionrows.stopped_per_action`` (a job's first cancellation:
+  idle GPUs × the time left until its time limit, an upper bound), as ``gpueff`` shows them.
 """
 
 from __future__ import annotations
