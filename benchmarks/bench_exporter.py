@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
+import socket
 import statistics
 import tempfile
 import threading
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.live.exporter import ExporterOptions, exposition, make_server
+from slurm_gpu.live.peeruid import diag_uid, peer_uid
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample
 
 JOBS = 8
@@ -113,7 +116,10 @@ def main() -> None:
             t0 = time.process_time()
             exposition(opts)
             cpu_ms.append((time.process_time() - t0) * 1e3)
-        srv = make_server(opts, "127.0.0.1", 0)
+        # The HTTP scrapes go through the loopback check, as deployed (the caller's uid
+        # allowed); the check itself is timed alone below.
+        gated = ExporterOptions(spool, 3600.0, loopback_uids=frozenset({0, os.geteuid()}))
+        srv = make_server(gated, "127.0.0.1", 0)
         thread = threading.Thread(target=srv.serve_forever, daemon=True)
         thread.start()
         walls = []
@@ -126,6 +132,7 @@ def main() -> None:
             conn.close()
         srv.shutdown()
         srv.server_close()
+    diag_us, table_us, sockets = peer_check_cost()
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     gpu_series = sum(
         1
@@ -146,6 +153,11 @@ def main() -> None:
         f"{statistics.median(walls):.2f} ms |"
     )
     print(f"| exposition size | {len(body) / 1024:.1f} KiB |")
+    print(f"| loopback client's uid, netlink sock_diag lookup, median CPU | {diag_us:.0f} us |")
+    print(
+        f"| the same from /proc/net/tcp ({sockets} sockets on the host), median CPU | "
+        f"{table_us:.0f} us |"
+    )
     print(f"| series in all | {series} |")
     print(f"| series per GPU (GPU families) | {gpu_series / (JOBS * GPUS):.1f} |")
     print(f"| series per job and host (job families) | {(series - gpu_series - 3) / JOBS:.1f} |")
@@ -153,6 +165,31 @@ def main() -> None:
         f"\nTarget <= {TARGET_MS:g} ms CPU per scrape: "
         f"{'met' if p95 <= TARGET_MS else 'NOT met'} (p95)."
     )
+
+
+def peer_check_cost(rounds: int = 200) -> tuple[float, float, int]:
+    """(netlink lookup, /proc table lookup) median CPU microseconds, and the sockets in the
+    IPv4 table, for one loopback connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    ends = (conn.getpeername(), conn.getsockname())
+    out = []
+    for fn in (diag_uid, peer_uid):
+        assert fn(*ends) == os.geteuid()
+        cpu = []
+        for _ in range(rounds):
+            t0 = time.process_time()
+            fn(*ends)
+            cpu.append((time.process_time() - t0) * 1e6)
+        out.append(statistics.median(cpu))
+    for s in (conn, client, listener):
+        s.close()
+    with open("/proc/net/tcp", "rb") as fh:
+        sockets = len(fh.read().splitlines()) - 1
+    return out[0], out[1], sockets
 
 
 if __name__ == "__main__":

@@ -342,6 +342,11 @@ class AnalysisSettings:
     exclusive_partitions: tuple[str, ...] = _opt(
         [], "Partitions that allocate whole nodes: no CPU, memory or GPU-count reductions there."
     )
+    exclusive_partitions_from_slurm: bool = _opt(
+        True,
+        "The collector also treats the partitions Slurm configures OverSubscribe=EXCLUSIVE "
+        "as whole-node partitions (scontrol show partition, read once per pass).",
+    )
     whole_node_alloc_factor: float = _opt(
         2.0,
         "Allocated CPUs or memory more than this many times the request mark a whole-node "
@@ -500,6 +505,11 @@ class LiveSettings:
         "Prometheus on another host.",
     )
     exporter_port: int = _opt(9817, "Port slurm-gpu exporter listens on.", min=1, max=65535)
+    exporter_allowed_users: tuple[str, ...] = _opt(
+        ["prometheus"],
+        "Accounts besides root whose connections from this host (loopback) the exporter "
+        "serves (the local Prometheus); other local users get 403.",
+    )
     stale_after_s: float = _opt(
         180.0,
         "A live summary whose last reading is older than this is left out, seconds.",
@@ -566,6 +576,40 @@ class LiveSettings:
     police_exempt_qos: tuple[str, ...] = _opt([], "QOS whose jobs are warned, never cancelled.")
 
 
+#: Source names of ``[source]`` that the collector itself handles: the node hooks' records
+#: (push), and no telemetry at all (the partition is not collected).
+SOURCE_HOOKS = "hooks"
+SOURCE_NONE = "none"
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Where each partition's telemetry comes from (``docs/telemetry.md``, "Sources")."""
+
+    default: str = _opt(
+        SOURCE_HOOKS,
+        "Telemetry source of partitions not named in 'partitions': hooks (the node hooks' "
+        "records), slurm-tres (Slurm accounting's per-step GPU TRES), dcgm, jobstats or "
+        "exporter (Prometheus), none (not collected).",
+    )
+    partitions: Mapping[str, str] = _opt(
+        {},
+        'Per-partition source, e.g. { a100 = "dcgm", cpu = "none" }; names as in default.',
+    )
+    pull_lookback_s: float = _opt(
+        86400.0,
+        "How far back the first pull pass looks for ended jobs of partitions whose source is "
+        "not the hooks.",
+        min=0,
+    )
+    pull_relook_s: float = _opt(
+        3600.0,
+        "Each pull pass looks this far before its last watermark again (accounting learns of "
+        "some ends late); jobs already stored are skipped.",
+        min=0,
+    )
+
+
 @dataclass(frozen=True)
 class Settings:
     """All settings. ``sources`` maps each dotted key to the file it came from, or 'default'."""
@@ -581,6 +625,7 @@ class Settings:
     mail: MailSettings = field(default_factory=MailSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     live: LiveSettings = field(default_factory=LiveSettings)
+    source: SourceSettings = field(default_factory=SourceSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""

@@ -442,3 +442,100 @@ def check_visibility(
     return Check(
         "visibility", Status.OK, f"{policy}: store {path} root's (users read {root}/<uid>)"
     )
+
+
+# ----------------------------------------------------------------- live data: who can query
+
+#: Hosts a server listens on that mean "every interface".
+ALL_INTERFACES = frozenset({"", "0.0.0.0", "::", "*"})
+#: Loopback host names (besides 127.0.0.0/8).
+LOOPBACK_HOSTS = frozenset({"::1", "localhost"})
+
+
+def listen_host(address: str) -> str:
+    """The host part of a listen address (``host:port``, ``[v6]:port``, ``:port`` or a bare
+    host), without brackets."""
+    address = address.strip()
+    if address.startswith("["):
+        return address[1 : address.find("]")] if "]" in address else address[1:]
+    if address.count(":") == 1:
+        return address.rsplit(":", 1)[0]
+    return address  # a bare host, or a bare IPv6 address
+
+
+def check_live_exposure(
+    settings: Settings,
+    read_private_data: Callable[[], frozenset[str] | None],
+    prometheus_listen: Callable[[], str] | None = None,
+) -> Check:
+    """Whether the node exporter or Prometheus listens on every interface while Slurm hides
+    jobs from other users (``PrivateData=jobs``): both serve every running job's user,
+    account and numbers to anyone who can connect, with no authentication of their own.
+
+    ``prometheus_listen`` gives Prometheus' ``--web.listen-address`` (from its
+    ``/api/v1/status/flags``; raises ``SlurmGpuError`` when it cannot be asked); ``None``
+    when ``[live] prometheus_url`` is empty."""
+    flags = read_private_data()
+    private = flags is None or "jobs" in flags
+    policy = (
+        "PrivateData unknown (scontrol failed)"
+        if flags is None
+        else f"PrivateData={','.join(sorted(flags)) or 'none'}"
+    )
+    live = settings.live
+    problems: list[tuple[str, str]] = []
+    notes: list[str] = []
+    if listen_host(live.exporter_address) in ALL_INTERFACES:
+        problems.append(
+            (
+                f"the exporter listens on every interface ([live] exporter_address = "
+                f"{live.exporter_address!r}): anyone who reaches port {live.exporter_port} "
+                "reads every running job of the node",
+                "set [live] exporter_address to 127.0.0.1 (Prometheus on the node) or to the "
+                "address of the scrape network only Prometheus reaches",
+            )
+        )
+    warnings: list[tuple[str, str]] = []
+    if prometheus_listen is not None:
+        try:
+            address = prometheus_listen()
+        except SlurmGpuError as exc:
+            warnings.append(
+                (
+                    f"Prometheus' listen address unknown ({exc})",
+                    "check [live] prometheus_url and that Prometheus runs",
+                )
+            )
+        else:
+            host = listen_host(address)
+            if host in ALL_INTERFACES:
+                problems.append(
+                    (
+                        f"Prometheus listens on every interface (--web.listen-address="
+                        f"{address}): any user who reaches it queries every running job",
+                        "start Prometheus with --web.listen-address=127.0.0.1:9090 (or the "
+                        "admin network's address) on a host users have no shell on; "
+                        "docs/security.md",
+                    )
+                )
+            elif private and (host in LOOPBACK_HOSTS or host.startswith("127.")):
+                warnings.append(
+                    (
+                        f"Prometheus listens on loopback ({address}): every user with a shell "
+                        "on its host can query every running job",
+                        "keep the Prometheus host admin-only (no user logins): under "
+                        "PrivateData=jobs users must not reach Prometheus; docs/security.md",
+                    )
+                )
+            else:
+                notes.append(f"Prometheus on {address}")
+    if problems:
+        status = Status.FAIL if private else Status.WARN
+        what = "; ".join(p for p, _ in problems + warnings)
+        hint = "; ".join(h for _, h in problems + warnings)
+        return Check("live", status, f"{policy}: {what}", hint)
+    if warnings:
+        what = "; ".join(p for p, _ in warnings)
+        return Check("live", Status.WARN, f"{policy}: {what}", "; ".join(h for _, h in warnings))
+    detail = f"{policy}: exporter on {live.exporter_address}"
+    return Check("live", Status.OK, "; ".join([detail, *notes]))

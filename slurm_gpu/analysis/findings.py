@@ -56,6 +56,7 @@ class Code(StrEnum):
     TOO_SHORT = "TOO_SHORT"
     NODE_RECORD_MISSING = "NODE_RECORD_MISSING"
     GPU_LOST = "GPU_LOST"
+    SOURCE_CANNOT_TELL = "SOURCE_CANNOT_TELL"
     # cause 6: allocation and scheduling
     GPU_UNUSED = "GPU_UNUSED"
     IDLE_HEAD = "IDLE_HEAD"
@@ -110,6 +111,7 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.TOO_SHORT: CodeInfo(7, Audience.USER, None),
     Code.NODE_RECORD_MISSING: CodeInfo(7, Audience.SITE, None),
     Code.GPU_LOST: CodeInfo(None, Audience.SITE, "site_health"),
+    Code.SOURCE_CANNOT_TELL: CodeInfo(7, Audience.SITE, None),
     Code.GPU_UNUSED: CodeInfo(6, Audience.USER, None),
     Code.IDLE_HEAD: CodeInfo(6, Audience.USER, "nsys"),
     Code.IDLE_TAIL: CodeInfo(6, Audience.USER, "nsys"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
@@ -25,6 +25,7 @@ from slurm_gpu.records import (
     JobRecord,
     NodeRecord,
 )
+from slurm_gpu.sourcecaps import SourceCapabilities, capabilities_of, combined
 
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_KWH = 3.6e6
@@ -192,6 +193,9 @@ class JobMetrics:
     """The stall shares were counted at sampling resolution (every used GPU had a grid)."""
     steps: StepMetrics | None = None
     """The job's ``srun`` steps as accounting knows them; ``None`` without any."""
+    source: SourceCapabilities = field(default_factory=lambda: capabilities_of("nvml"))
+    """What the job's telemetry source(s) can tell (``sourcecaps.combined`` over its node
+    records): the rules that need a signal it lacks say "cannot tell" instead of judging."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,10 +351,16 @@ def gpu_metrics(
     settings: AnalysisSettings,
     processes_known: bool = True,
     phases: IdlePhases | None = None,
+    caps: SourceCapabilities | None = None,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
     ``processes_readable(node)``, computed once per node by the caller; it is used only for
-    records sealed before the sampler counted unreadable lists."""
+    records sealed before the sampler counted unreadable lists. ``caps``: what the record's
+    source can tell (default: its ``NodeRecord.source``); without a timeline (per-step means)
+    the idle head, tail and share are unknown and any answered reading is enough data; without
+    a process list, whether a process held the GPU is unknown."""
+    if caps is None:
+        caps = capabilities_of(node.source)
     dist = gpu.utilization
     n = dist.n
     span = node.ended_s - node.started_s
@@ -364,6 +374,8 @@ def gpu_metrics(
             head = max(0.0, gpu.active_first_time_s - interval - node.started_s)
             last = gpu.active_last_time_s or gpu.active_first_time_s
             tail = max(0.0, node.ended_s - last - interval)
+    if not caps.timeline:
+        head = tail = None  # per-step means say nothing of when the GPU worked
     capacity = gpu.info.memory_total_bytes
     mean = dist.mean
     throttle_power, throttle_thermal = gpu.throttle_pct(observed)
@@ -383,7 +395,9 @@ def gpu_metrics(
         duty_p50_pct=dist.percentile(50),
         duty_p90_pct=dist.percentile(90),
         duty_max_pct=dist.percentile(100),
-        idle_share_pct=_ratio_pct(gpu.idle_samples, gpu.samples_available),
+        idle_share_pct=_ratio_pct(gpu.idle_samples, gpu.samples_available)
+        if caps.timeline
+        else None,
         idle_head_s=head,
         idle_tail_s=tail,
         memory_peak_bytes=gpu.memory_used_max_bytes,
@@ -403,13 +417,13 @@ def gpu_metrics(
         ecc_uncorrected=gpu.ecc_uncorrected,
         xid_events=gpu.xid_events,
         process_seen=gpu.process_seen,
-        processes_known=processes_known
-        if gpu.process_list_unread is None
-        else gpu.process_list_unread == 0,
+        processes_known=caps.process_list
+        and (processes_known if gpu.process_list_unread is None else gpu.process_list_unread == 0),
         max_processes=gpu.max_processes,
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
         used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
-        enough_data=gpu.samples_available >= settings.min_samples,
+        enough_data=gpu.samples_available >= settings.min_samples
+        or (not caps.timeline and gpu.samples_available > 0),
         active_last_s=gpu.active_last_time_s,
         idle_phases=phases.count if phases else 0,
         idle_phases_s=phases.total_s if phases else 0.0,
@@ -600,6 +614,7 @@ def job_metrics(
             settings,
             processes_readable(node, settings),
             idle_phases(node, i, settings),
+            capabilities_of(node.source),
         )
         for node in nodes
         for i, g in enumerate(node.gpus)
@@ -678,4 +693,5 @@ def job_metrics(
         nodes_with_record=len(nodes),
         gpus=gpus,
         steps=step_metrics(job, gpus_allocated, nnodes),
+        source=combined(n.source for n in nodes),
     )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from slurm_gpu.analysis.findings import Code, Finding, Number, Scope, Severity
+from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
+from slurm_gpu.sourcecaps import SIGNALS as NEEDS_SIGNALS
 
 Rule = Callable[[JobMetrics, JobRecord, AnalysisSettings], list[Finding]]
 
@@ -331,6 +332,13 @@ def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
         eff = max(eff, 100.0 * m.host_rss_peak_bytes / per_node)
         if per_node - m.host_rss_peak_bytes < s.mem_unused_min_bytes:
             return []
+    elif not m.source.host_series and m.nnodes > 1:
+        # No host series from this source: MaxRSS, one task's peak, is at least what one
+        # node used; judged against one node's allocation it never overstates the waste.
+        per_node = m.mem_allocated_bytes / m.nnodes
+        eff = max(eff, 100.0 * used / per_node)
+        if per_node - used < s.mem_unused_min_bytes:
+            return []
     severity = grade_below(eff, s.mem_efficiency_max_pct, s)
     if severity is None:
         return []
@@ -373,6 +381,8 @@ def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Fi
 
 
 def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    if not m.source.host_series:
+        return False  # nothing of the host over time: data loading cannot be asserted
     duty = _used_duty(m, s)
     if duty is None or duty >= s.dataloader_max_duty_pct:
         return False
@@ -506,6 +516,8 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         tiny_kernels = busy and power_mean is not None and power_mean < s.busy_low_power_pct
     if not (steady_low or tiny_kernels):
         return []
+    if not m.source.host_series and (m.cpu_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
+        return []  # saturated cores and no host series: input-bound cannot be ruled out
     ev = {
         "duty_mean_pct": _r(duty),
         "memory_peak_pct": _r(max(peaks)) if peaks else None,
@@ -698,6 +710,62 @@ def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Find
     return [Finding(Code.NODE_FAILED, Severity.CRITICAL, ev)]
 
 
+#: The signals (``sourcecaps.SIGNALS``) each rule needs. A rule whose job's source lacks one
+#: of them is not run (it would judge an absent signal as zero) and ``cannot_tell`` names it
+#: instead. Rules not listed need only what every source has (the duty cycle, GPU memory)
+#: or accounting, or read signals that are ``None`` where missing and then stay silent.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "ranks_share_gpu": ("process_list",),
+    "idle_head": ("timeline",),
+    "idle_tail": ("timeline",),
+    "idle_phases": ("timeline",),
+    "ragged_tail": ("timeline",),
+    "dataloader_bound": ("host_series", "timeline"),
+    "too_few_cpus_per_gpu": ("host_series", "timeline"),
+    "low_parallelism": ("timeline",),
+    "tensor_cores_idle": ("sm_activity",),
+}
+
+#: The finding code of each rule in ``NEEDS`` (the evidence key of ``SOURCE_CANNOT_TELL``).
+NEEDS_CODE: dict[str, Code] = {
+    "ranks_share_gpu": Code.RANKS_SHARE_GPU,
+    "idle_head": Code.IDLE_HEAD,
+    "idle_tail": Code.IDLE_TAIL,
+    "idle_phases": Code.IDLE_PHASES,
+    "ragged_tail": Code.RAGGED_TAIL,
+    "dataloader_bound": Code.DATALOADER_BOUND,
+    "too_few_cpus_per_gpu": Code.TOO_FEW_CPUS_PER_GPU,
+    "low_parallelism": Code.LOW_PARALLELISM,
+    "tensor_cores_idle": Code.TENSOR_CORES_IDLE,
+}
+
+
+def _lacks(m: JobMetrics, rule: Rule) -> tuple[str, ...]:
+    """The signals ``rule`` needs that the job's source does not have."""
+    return tuple(sig for sig in NEEDS.get(rule.__name__, ()) if not getattr(m.source, sig))
+
+
+def cannot_tell(m: JobMetrics, skipped: Sequence[Rule], found: Sequence[Finding]) -> list[Finding]:
+    """One note naming what the job's source cannot tell: the rules not run for want of a
+    signal (evidence ``cannot_tell_<CODE>`` = 1), the signals it lacks (``lacks_<signal>`` =
+    1), and, for a GPU found unused, whether a process held it when there is no process list.
+    The subject is the source's label, as the reports name it (``dcgm-exporter via
+    Prometheus``). Only for a diagnosable job: a job without data has ``NO_TELEMETRY``."""
+    if not _diagnosable(m):
+        return []
+    ev: dict[str, Number] = {f"cannot_tell_{NEEDS_CODE[r.__name__].value}": 1 for r in skipped}
+    if not m.source.process_list and any(f.code is Code.GPU_UNUSED for f in found):
+        ev["cannot_tell_process_on_unused_gpu"] = 1
+    if not ev:
+        return []
+    for sig in NEEDS_SIGNALS:
+        if not getattr(m.source, sig):
+            ev[f"lacks_{sig}"] = 1
+    interval = m.source.typical_interval_s
+    ev["source_interval_s"] = interval
+    return [Finding(Code.SOURCE_CANNOT_TELL, Severity.INFO, ev, Scope.JOB, m.source.label)]
+
+
 #: Every rule, in evaluation order. ``unexplained`` runs after them (it needs their results).
 RULES: Sequence[Rule] = (
     too_short,
@@ -735,6 +803,11 @@ _EXPLAINING = frozenset({1, 2, 3, 4, 5})
 _EXPLAINING_CODES = frozenset({Code.IDLE_HEAD, Code.IDLE_TAIL, Code.IDLE_PHASES, Code.RAGGED_TAIL})
 
 
+def _explains(code: Code) -> bool:
+    """Whether a finding of ``code`` explains low utilization (``unexplained`` then stays)."""
+    return CODES[code].cause in _EXPLAINING or code in _EXPLAINING_CODES
+
+
 def unexplained(
     m: JobMetrics, job: JobRecord, s: AnalysisSettings, found: Sequence[Finding]
 ) -> list[Finding]:
@@ -751,7 +824,15 @@ def unexplained(
 def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Finding, ...]:
     """Every finding about a job, most severe first (stable within a severity)."""
     found: list[Finding] = []
+    skipped: list[Rule] = []
     for rule in RULES:
+        if _lacks(m, rule):
+            skipped.append(rule)
+            continue
         found.extend(rule(m, job, s))
-    found.extend(unexplained(m, job, s, found))
+    if not any(_explains(NEEDS_CODE[r.__name__]) for r in skipped):
+        # A rule that could have explained low utilization did not run for want of a
+        # signal: "no rule explains it" would be a guess; the cannot-tell note says why.
+        found.extend(unexplained(m, job, s, found))
+    found.extend(cannot_tell(m, skipped, found))
     return tuple(sorted(found, key=lambda f: -f.severity.rank))

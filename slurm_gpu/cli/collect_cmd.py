@@ -115,6 +115,31 @@ class _HistoryPrefetch:
         return out
 
 
+def with_slurm_partitions(settings: Settings, runner: Any = None) -> Settings:
+    """``settings`` with the partitions Slurm configures ``OverSubscribe=EXCLUSIVE`` added to
+    ``[analysis] exclusive_partitions`` (when ``exclusive_partitions_from_slurm``); read once
+    per pass. When scontrol fails, the configured list alone, with a warning."""
+    cfg = settings.analysis
+    if not cfg.exclusive_partitions_from_slurm:
+        return settings
+    from slurm_gpu.accounting.partitions import exclusive_partitions, scontrol_path_for
+
+    try:
+        found = exclusive_partitions(
+            scontrol_path_for(settings.accounting.sacct_path),
+            runner=runner,
+            timeout_s=settings.accounting.timeout_s,
+        )
+    except SlurmGpuError as exc:
+        log.warning("exclusive partitions not read from Slurm (%s); using the configured ones", exc)
+        return settings
+    extra = tuple(sorted(found - set(cfg.exclusive_partitions)))
+    if not extra:
+        return settings
+    analysis = dataclasses.replace(cfg, exclusive_partitions=(*cfg.exclusive_partitions, *extra))
+    return dataclasses.replace(settings, analysis=analysis)
+
+
 def _analyse_hook(
     settings: Settings, history: _HistoryPrefetch | None = None
 ) -> tuple[Any, str | None]:
@@ -181,6 +206,7 @@ def _one_pass(
     if not lock.acquire():
         return None
     try:
+        settings = with_slurm_partitions(settings)
         c = settings.collector
         options = CollectorOptions(
             batch_size=settings.accounting.batch_size,
@@ -190,11 +216,13 @@ def _one_pass(
             missing_grace_s=c.missing_grace_s,
             done_retention_s=c.done_retention_s,
         )
+        source_map = _source_map(settings)
         with open_store(settings) as store:
             accounting = _HistoryPrefetch(open_accounting(settings), store, settings)
             analyse, version = _analyse_hook(settings, accounting)
             options = dataclasses.replace(options, analysis_version=version)
-            return Collector(
+            reports = report_prerenderer(settings, store)
+            pushed = Collector(
                 store=store,
                 accounting=accounting,
                 spool_dir=settings.paths.inbox_dir or settings.paths.spool_dir,
@@ -202,10 +230,63 @@ def _one_pass(
                 options=options,
                 analyse=analyse,
                 admin_comment=admin_comment,
-                reports=report_prerenderer(settings, store),
+                reports=reports,
+                uses_hooks=source_map.uses_hooks,
             ).run_once(job_id, missing_pass=missing, only=only)
+            if job_id is not None or only is not None or not source_map.pulled:
+                return pushed
+            return _pull_pass(
+                settings, source_map, store, accounting, analyse, version, admin_comment, reports
+            )(pushed)
     finally:
         lock.release()
+
+
+def _source_map(settings: Settings) -> Any:
+    """``[source]`` as the collector's ``SourceMap``, its names checked (``ConfigError``)."""
+    from slurm_gpu.collector.pull import SourceMap
+    from slurm_gpu.sources.registry import NAMES
+
+    src = settings.source
+    return SourceMap(src.default, dict(src.partitions)).check(NAMES)
+
+
+def _pull_pass(
+    settings: Settings,
+    source_map: Any,
+    store: Any,
+    accounting: Any,
+    analyse: Any,
+    version: str | None,
+    admin_comment: Any,
+    reports: Any,
+) -> Any:
+    """The pull pass over the partitions whose source is not the hooks (``collector.pull``),
+    as a function of the push pass's report that returns both passes' report."""
+    from slurm_gpu.collector.pull import PullCollector, PullOptions, merged
+    from slurm_gpu.sources.registry import make
+
+    def run(pushed: Any) -> Any:
+        pulled = PullCollector(
+            store=store,
+            accounting=accounting,
+            state_dir=settings.paths.state_dir,
+            source_map=source_map,
+            make_source=lambda name: make(settings, name),
+            options=PullOptions(
+                batch_size=settings.accounting.batch_size,
+                lookback_s=settings.source.pull_lookback_s,
+                relook_s=settings.source.pull_relook_s,
+                settle_timeout_s=settings.collector.settle_timeout_s,
+                analysis_version=version,
+            ),
+            analyse=analyse,
+            admin_comment=admin_comment,
+            reports=reports,
+        ).run_once()
+        return merged(pushed, pulled)
+
+    return run
 
 
 def _summary(report: Any) -> str:
@@ -221,6 +302,7 @@ def _summary(report: Any) -> str:
         ("analysis_failed", "analysis failed"),
         ("admin_comment_written", "AdminComment written"),
         ("admin_comment_failed", "AdminComment not written"),
+        ("source_errors", "left for the next pass (source not read)"),
     ):
         if getattr(report, name):
             parts.append(f"{len(getattr(report, name))} {label}")
@@ -301,9 +383,8 @@ def cli(
             click.echo(json.dumps(_as_dict(report)))
         else:
             click.echo(_summary(report))
-        if report.errors:
-            for line in report.errors:
-                click.echo(f"slurm-gpu collect: {line}", err=True)
+        for line in (*report.errors, *report.source_errors):
+            click.echo(f"slurm-gpu collect: {line}", err=True)
         if job_id is not None:
             if job_id in report.ingested or time.monotonic() >= deadline:
                 break

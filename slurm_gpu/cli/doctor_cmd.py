@@ -1,5 +1,5 @@
 """``slurm-gpu doctor``: check config, code, spool, state, backend, sampler launcher, log,
-GPUs, accounting and store."""
+GPUs, accounting, store, who can read stored data, and who can reach live data."""
 
 from __future__ import annotations
 
@@ -66,6 +66,13 @@ def _rls_missing(settings: object) -> list[str]:
         return tables_without_rls(store.engine)
 
 
+def _prometheus_listen(settings: object) -> str:
+    from slurm_gpu.live.promclient import PrometheusClient
+
+    live = settings.live  # type: ignore[attr-defined]
+    return PrometheusClient(live.prometheus_url, live.prometheus_timeout_s).listen_address()
+
+
 #: The checks, in the order they run; each can be skipped with --skip.
 CHECKS = (
     "config",
@@ -79,11 +86,12 @@ CHECKS = (
     "accounting",
     "store",
     "visibility",
+    "live",
 )
 
 #: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
 #: configuration file that is not trusted, whose sacct_path or store URL another account chose.
-ACTING = ("telemetry", "accounting", "store", "visibility")
+ACTING = ("telemetry", "accounting", "store", "visibility", "live")
 
 
 @click.command("doctor")
@@ -100,7 +108,8 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     Also flags unsafe choices: a configuration file another account can write, code root
     runs that another account can change, a state directory shared with another account, the
     virtual GPU backend, a sampler without limits, a spool that is not 0700, and any place a
-    user could read another user's stored jobs (visibility).
+    user could read another user's stored jobs (visibility), and an exporter or Prometheus
+    that serves every running job to anyone who can connect (live).
     """
     from slurm_gpu.accounting import open_accounting
     from slurm_gpu.telemetry import open_source
@@ -124,6 +133,15 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
             settings,
             functools.partial(_private_data, settings),
             functools.partial(_rls_missing, settings),
+        ),
+        "live": lambda: doctor.check_live_exposure(
+            settings,
+            functools.partial(_private_data, settings),
+            (
+                functools.partial(_prometheus_listen, settings)
+                if settings.live.prometheus_url
+                else None
+            ),
         ),
     }
     if not trusted:

@@ -8,6 +8,27 @@ import time
 import click
 
 from slurm_gpu.cli.common import settings_from
+from slurm_gpu.errors import UsageError
+
+
+def caller_is_admin(
+    admin_group: str, euid: int | None = None, groups: tuple[int, ...] | None = None
+) -> bool:
+    """Root, or a member of ``admin_group`` (by gid; an unknown group admits no one).
+    ``euid`` and ``groups`` default to the calling process's."""
+    import grp
+    import os
+
+    if (os.geteuid() if euid is None else euid) == 0:
+        return True
+    if not admin_group:
+        return False
+    try:
+        gid = grp.getgrnam(admin_group).gr_gid
+    except KeyError:
+        return False
+    mine = (os.getegid(), *os.getgroups()) if groups is None else groups
+    return gid in mine
 
 
 @click.command("live")
@@ -22,14 +43,22 @@ from slurm_gpu.cli.common import settings_from
 def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> None:
     """List every running GPU job, worst first by GPU-hours being wasted now.
 
-    From Prometheus' HTTP API when live.prometheus_url is set, else from this node's live
-    files (root: they are readable by each job's user alone). Exit 0; 3 on a bad
-    configuration; 7 when Prometheus is unreachable or answers no query result.
+    For root and members of [store] admin_group only (it names every user's jobs; users
+    see their own running job with gpueff). From Prometheus' HTTP API when
+    live.prometheus_url is set, else from this node's live files (root: they are readable
+    by each job's user alone). Exit 0; 2 for another caller; 3 on a bad configuration; 7
+    when Prometheus is unreachable or answers no query result.
     """
     from slurm_gpu.live.snapshot import read_node
     from slurm_gpu.live.view import build_rows, render_table
 
     settings = settings_from(ctx)
+    if not caller_is_admin(settings.store.admin_group):
+        raise UsageError(
+            "slurm-gpu live lists every user's running jobs: it is for root and the "
+            "[store] admin_group only",
+            hint="`gpueff JOBID` shows your own running job",
+        )
     live = settings.live
     now = time.time()
     if live.prometheus_url and not local:

@@ -266,10 +266,13 @@ class CollectReport:
     accounting_mismatch: tuple[str, ...] = ()
     """Jobs not stored because accounting disagrees with their sealed records (owner uid or
     node list, ``collector.crosscheck``); their records are in quarantine."""
+    source_errors: tuple[str, ...] = ()
+    """One line per job a pulled source could not be read for (``collector.pull``; the job
+    is retried at the next pass)."""
 
 
 @dataclass
-class _Acc:
+class PassTally:
     ingested: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     partial: list[str] = field(default_factory=list)
@@ -282,6 +285,7 @@ class _Acc:
     admin_comment_written: list[str] = field(default_factory=list)
     admin_comment_failed: list[str] = field(default_factory=list)
     accounting_mismatch: list[str] = field(default_factory=list)
+    source_errors: list[str] = field(default_factory=list)
 
     def report(self) -> CollectReport:
         return CollectReport(
@@ -297,6 +301,7 @@ class _Acc:
             admin_comment_written=tuple(self.admin_comment_written),
             admin_comment_failed=tuple(self.admin_comment_failed),
             accounting_mismatch=tuple(self.accounting_mismatch),
+            source_errors=tuple(self.source_errors),
         )
 
 
@@ -314,6 +319,58 @@ def telemetry_status(job: JobRecord, nodes: Sequence[NodeRecord], missing: Seque
     if missing or not all(n.complete for n in nodes):
         return TELEMETRY_RECOVERED
     return TELEMETRY_COMPLETE
+
+
+def analysed_bundle(
+    job: JobRecord,
+    nodes: Sequence[NodeRecord],
+    missing: tuple[str, ...],
+    analyse: Analyse | None,
+    analysis_version: str | None,
+    acc: PassTally,
+) -> JobBundle:
+    """The bundle the store gets for one job whose records are all in (pushed or pulled):
+    its nodes sorted, its telemetry status, and the findings of ``analyse`` (a rule that
+    raises stores the job without findings and counts it in ``analysis_failed``)."""
+    ordered = tuple(sorted(nodes, key=lambda n: n.hostname))
+    findings: tuple[FindingLike, ...] = ()
+    version = None
+    if analyse is not None:
+        try:
+            findings = tuple(analyse(job, ordered))
+            version = analysis_version
+        except Exception as exc:  # a rule bug must not keep the job out of the store
+            acc.analysis_failed.append(job.job_id)
+            log.exception("job %s: analysis failed (%s); stored without findings", job.job_id, exc)
+    return JobBundle(
+        job=job,
+        nodes=ordered,
+        telemetry=telemetry_status(job, ordered, missing),
+        missing_hosts=missing,
+        findings=findings,
+        analysis_version=version,
+    )
+
+
+def publish_stored(
+    bundles: Sequence[JobBundle],
+    admin_comment: CommentPublisher | None,
+    reports: ReportPublisher | None,
+    acc: PassTally,
+) -> None:
+    """After the commit of ``bundles``: their JS1 summaries into AdminComment (when a
+    publisher is given; a failure is counted, never undoes the commit), then their
+    ``gpueff`` reports."""
+    if admin_comment is not None:
+        try:
+            written, failed = admin_comment.publish(bundles)
+        except Exception:  # the jobs are stored; a publisher bug must not end the pass
+            log.exception("AdminComment step failed; the jobs are stored")
+        else:
+            acc.admin_comment_written.extend(written)
+            acc.admin_comment_failed.extend(failed)
+    if reports is not None:
+        reports.publish([b.job for b in bundles])
 
 
 @dataclass
@@ -339,8 +396,12 @@ class Collector:
         clock: Callable[[], float] = time.time,
         admin_comment: CommentPublisher | None = None,
         reports: ReportPublisher | None = None,
+        uses_hooks: Callable[[JobRecord], bool] | None = None,
     ) -> None:
         self.store = store
+        self.uses_hooks = uses_hooks
+        """Whether a job's partition takes its telemetry from the hooks (``None``: every
+        job's does); the missing-telemetry pass leaves the others to the pull pass."""
         self.accounting = accounting
         self.spool_dir = spool_dir
         self.state_dir = state_dir
@@ -405,7 +466,7 @@ class Collector:
         return self._state_fd
 
     def _run(self, wanted: set[str] | None, *, missing_pass: bool) -> CollectReport:
-        acc = _Acc()
+        acc = PassTally()
         now = self.clock()
         self._prune_done(now)
         pending = self._read_spool(wanted, acc)
@@ -447,27 +508,14 @@ class Collector:
                     b.telemetry,
                     len(b.nodes),
                 )
-            if self.admin_comment is not None:
-                self._publish(bundles, acc)
-            if self.reports is not None:
-                self.reports.publish([b.job for b in bundles])
+            publish_stored(bundles, self.admin_comment, self.reports, acc)
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
 
-    def _publish(self, bundles: Sequence[JobBundle], acc: _Acc) -> None:
-        assert self.admin_comment is not None
-        try:
-            written, failed = self.admin_comment.publish(bundles)
-        except Exception:  # the jobs are stored; a publisher bug must not end the pass
-            log.exception("AdminComment step failed; the jobs are stored")
-            return
-        acc.admin_comment_written.extend(written)
-        acc.admin_comment_failed.extend(failed)
-
     # ----------------------------------------------------------------- spool
 
-    def _read_spool(self, only: set[str] | None, acc: _Acc) -> dict[str, _Pending]:
+    def _read_spool(self, only: set[str] | None, acc: PassTally) -> dict[str, _Pending]:
         pending: dict[str, _Pending] = {}
         for sealed in self.reader.list_sealed(self.spool_dir):
             if only is not None and sealed.job_id not in only:
@@ -489,7 +537,7 @@ class Collector:
             p.nodes.append(record)
         return pending
 
-    def _quarantine(self, sealed: SealedLike, reason: str, acc: _Acc) -> None:
+    def _quarantine(self, sealed: SealedLike, reason: str, acc: PassTally) -> None:
         """Move a record that cannot be ingested to ``<state_dir>/quarantine/`` with its reason
         next to it; every name is opened relative to a directory descriptor, never followed."""
         base = f"{sealed.job_id}.{os.path.basename(sealed.path)}"
@@ -519,7 +567,7 @@ class Collector:
     # ----------------------------------------------------------------- one job
 
     def _prepare(
-        self, p: _Pending, job: JobRecord | None, now: float, acc: _Acc
+        self, p: _Pending, job: JobRecord | None, now: float, acc: PassTally
     ) -> JobBundle | None:
         newest_end = max(n.ended_s for n in p.nodes)
         if job is None:
@@ -568,28 +616,11 @@ class Collector:
                 ",".join(missing),
                 now - since,
             )
-        nodes = tuple(sorted(p.nodes, key=lambda n: n.hostname))
-        findings: tuple[FindingLike, ...] = ()
-        version = None
-        if self.analyse is not None:
-            try:
-                findings = tuple(self.analyse(job, nodes))
-                version = self.options.analysis_version
-            except Exception as exc:  # a rule bug must not keep the job out of the store
-                acc.analysis_failed.append(p.job_id)
-                log.exception(
-                    "job %s: analysis failed (%s); stored without findings", p.job_id, exc
-                )
-        return JobBundle(
-            job=job,
-            nodes=nodes,
-            telemetry=telemetry_status(job, nodes, missing),
-            missing_hosts=missing,
-            findings=findings,
-            analysis_version=version,
+        return analysed_bundle(
+            job, p.nodes, missing, self.analyse, self.options.analysis_version, acc
         )
 
-    def _agrees(self, p: _Pending, job: JobRecord, acc: _Acc) -> bool:
+    def _agrees(self, p: _Pending, job: JobRecord, acc: PassTally) -> bool:
         """Cross-check accounting against the job's sealed records (``crosscheck``).
 
         Records of an earlier run of a requeued job on a node this run did not use are
@@ -720,7 +751,7 @@ class Collector:
 
     # ----------------------------------------------------------------- missing telemetry
 
-    def _missing_pass(self, now: float, in_spool: set[str], acc: _Acc) -> None:
+    def _missing_pass(self, now: float, in_spool: set[str], acc: PassTally) -> None:
         opts = self.options
         end = now - opts.missing_grace_s
         start = now - opts.missing_lookback_s
@@ -750,6 +781,7 @@ class Collector:
             and j.end_s is not None
             and start <= j.end_s < end
             and j.job_id not in in_spool
+            and (self.uses_hooks is None or self.uses_hooks(j))
             and not _has_record(self.spool_dir, j.job_id, spool_dirs)
         }
         if candidates:
@@ -809,5 +841,7 @@ __all__ = [
     "CollectorOptions",
     "CommentPublisher",
     "RecordReader",
+    "analysed_bundle",
+    "publish_stored",
     "telemetry_status",
 ]

@@ -96,6 +96,33 @@ def _log(line: str) -> None:
     help="idle-tail: share of the duration spent working.",
 )
 @click.option("--fail-oom", is_flag=True, help="near-oom: end with an out-of-memory failure.")
+@click.option(
+    "--phase-busy-s",
+    type=click.FloatRange(min=0.1),
+    default=6.0,
+    show_default=True,
+    help="task-farm: seconds of GPU work before each post-processing phase.",
+)
+@click.option(
+    "--phase-idle-s",
+    type=click.FloatRange(min=0.0),
+    default=5.0,
+    show_default=True,
+    help="task-farm: seconds of post-processing (GPU idle) after each work phase.",
+)
+@click.option(
+    "--ranks",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="ranks-share-gpu: rank processes (default: one per GPU).",
+)
+@click.option(
+    "--exit-code",
+    type=click.IntRange(0, 255),
+    default=0,
+    show_default=True,
+    help="Exit with this status after the work (task-farm: a task whose last stage failed).",
+)
 @click.option("--seed", type=int, default=None, help="Random seed, for reproducible traces.")
 @click.option(
     "--gpus",
@@ -113,6 +140,7 @@ def main(
     pattern: str,
     gpu_list: str | None,
     virtual_dir: str | None,
+    exit_code: int,
     **knobs: object,
 ) -> None:
     """Drive this job's virtual GPUs like a training job with PATTERN would drive real ones."""
@@ -135,6 +163,9 @@ def main(
             click.echo(f"torch.OutOfMemoryError: {exc}", err=True)
             sys.exit(1)
         _log(f"demo {pattern} done")
+        if exit_code:
+            click.echo(f"demo {pattern}: exiting {exit_code} as asked (--exit-code)", err=True)
+            sys.exit(exit_code)
 
     run_guarded("slurm_gpu.demo", os.environ.get("SLURM_GPU_DEBUG") == "1", go)
 

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 
 from slurm_gpu.errors import UsageError
 
-#: Tried in order. SLURM_JOB_GPUS and SLURM_STEP_GPUS hold global indices (= the N of
-#: /dev/nvidiaN in gres.conf); CUDA_VISIBLE_DEVICES is a last resort because with device
-#: cgroups Slurm renumbers it from 0.
-GPU_ENV_VARS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES")
+#: Tried in order. SLURM_STEP_GPUS and SLURM_JOB_GPUS hold global indices (= the N of
+#: /dev/nvidiaN in gres.conf); the step's come first because an ``srun --gres=gpu:1`` step
+#: inherits the batch script's SLURM_JOB_GPUS (all the job's GPUs) but drives only its own.
+#: CUDA_VISIBLE_DEVICES is a last resort because with device cgroups Slurm renumbers it from 0.
+GPU_ENV_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 
 
 def parse_index_list(text: str) -> list[int]:

@@ -5,6 +5,10 @@ by tick, the share of time a kernel ran (duty), how many SMs and tensor cores we
 did, and what moved over NVLink. ``run_pattern`` turns that into ``VirtualGpuDevice`` calls.
 The ``dataloader`` pattern is different: it does real CPU work in worker processes and only
 runs a GPU burst when a batch is ready, so its GPU duty cycle comes out of the CPU throughput.
+``task-farm`` is one task of a farm (one ``srun`` step on one core and one GPU): it keeps its
+core busy the whole time and alternates GPU work with GPU-idle post-processing.
+``ranks-share-gpu`` starts several rank processes that all run their kernels on the first GPU
+while each other GPU holds one rank's small context and runs nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import random
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -64,6 +70,12 @@ class DemoParams:
     """idle-tail: share of the duration spent working before sitting idle."""
     fail_oom: bool = False
     """near-oom: end with an out-of-memory failure (exit 1)."""
+    phase_busy_s: float = 6.0
+    """task-farm: seconds of GPU work before each post-processing phase."""
+    phase_idle_s: float = 5.0
+    """task-farm: seconds of post-processing on the CPU (GPU idle) after each work phase."""
+    ranks: int | None = None
+    """ranks-share-gpu: rank processes (default: one per GPU of the job)."""
     seed: int | None = None
 
 
@@ -76,6 +88,9 @@ class Activity:
     tensor_active: float = 0.0
     nvlink_bytes_per_s: float = 0.0
     pcie_bytes_per_s: float = 0.0
+    power_of_limit: float | None = None
+    """Board power as a share (0-1) of the GPU's power limit; ``None``: the device's model
+    (which follows duty and SM activity)."""
 
 
 #: (progress 0-1, GPU position in the job, number of GPUs, params, rng) -> activity, or None for
@@ -137,6 +152,25 @@ def _idle_tail(progress: float, i: int, n: int, p: DemoParams, rng: random.Rando
     return Activity(0.0)
 
 
+def _busy_empty(progress: float, i: int, n: int, p: DemoParams, rng: random.Random) -> Activity:
+    level = p.util if p.util is not None else 0.97
+    # Kernels run nearly all the time but keep few SMs busy and move little memory: the board
+    # draws about a quarter of its limit (a real A100 at 99 % duty drew 109 W of 400 W).
+    return Activity(_jitter(level, p, rng), 0.1, 0.02, 0.0, 0.2e9, rng.uniform(0.24, 0.3))
+
+
+def _task_farm(progress: float, i: int, n: int, p: DemoParams, rng: random.Random) -> Activity:
+    level = p.util if p.util is not None else 0.68
+    return Activity(_jitter(level, p, rng), 0.7, 0.4, 0.0, 2e9)
+
+
+def _ranks_share(progress: float, i: int, n: int, p: DemoParams, rng: random.Random) -> Activity:
+    if i == 0:
+        level = p.util if p.util is not None else 0.99
+        return Activity(_jitter(level, p, rng), 0.85, 0.5, 0.0, 2e9)
+    return Activity(0.0)  # a context and nothing else
+
+
 def _first_only(i: int) -> bool:
     return i == 0
 
@@ -160,6 +194,15 @@ PATTERNS: dict[str, Pattern] = {
                 "6 allocation", 1, (0.7, 0.85), _healthy),
         Pattern("idle-tail", "works, then holds the GPU idle until the end", "6 allocation",
                 1, (0.6, 0.7), _idle_tail),
+        Pattern("task-farm", "one task of a farm (srun step, 1 core, 1 GPU): GPU work, then "
+                "GPU-idle post-processing, again and again, its core busy throughout; exits "
+                "--exit-code", "6 allocation (idle phases), 2 data loading", 1, (0.5, 0.6),
+                _task_farm),
+        Pattern("ranks-share-gpu", "several ranks all run on the first GPU; the other GPUs "
+                "hold one rank's small context each and run nothing", "6 allocation (binding)",
+                2, (0.6, 0.7), _ranks_share),
+        Pattern("busy-empty", "97 % duty at about a quarter of the power limit, few SMs busy, "
+                "little memory", "1 parallelism", 1, (0.05, 0.1), _busy_empty),
     )
 }  # fmt: skip
 
@@ -174,9 +217,12 @@ def run_pattern(
     params: DemoParams,
     clock: Clock | None = None,
     log: Callable[[str], None] = lambda line: None,
+    spin: Callable[[float], None] | None = None,
 ) -> None:
     """Drive ``devices`` with pattern ``name`` for ``params.duration_s``.
 
+    ``spin(seconds)`` passes time with this process's core busy (task-farm; default: real CPU
+    work when the clock is real, else ``clock.sleep``).
     Raises ``UsageError`` for an unknown pattern or too few GPUs, and ``OutOfMemory`` when
     near-oom is asked to fail. Processes are always detached at the end, as the driver frees a
     dead process's memory.
@@ -189,8 +235,13 @@ def run_pattern(
             f"pattern {name} needs at least {pattern.min_gpus} GPUs, the job has {len(devices)}",
             hint=f"submit with --gres=gpu:{pattern.min_gpus}",
         )
+    if spin is None:
+        spin = spin_cpu if clock is None else clock.sleep
     clock = clock or RealClock()
     rng = random.Random(params.seed)
+    if name == "ranks-share-gpu":
+        _run_ranks(pattern, devices, params, clock, rng, log)
+        return
     used = [d for i, d in enumerate(devices) if pattern.uses_gpu(i)]
     lo, hi = pattern.memory_frac
     for dev in used:
@@ -199,6 +250,8 @@ def run_pattern(
     try:
         if name == "dataloader":
             _run_dataloader(used, params, clock, log)
+        elif name == "task-farm":
+            _run_task(pattern, used, params, clock, rng, log, spin)
         else:
             _run_ticks(pattern, devices, params, clock, rng, log)
     finally:
@@ -235,6 +288,7 @@ def _run_ticks(
                 nvlink_rx_bytes_per_s=act.nvlink_bytes_per_s / 2,
                 pcie_tx_bytes_per_s=act.pcie_bytes_per_s / 4,
                 pcie_rx_bytes_per_s=act.pcie_bytes_per_s,
+                power_w=_power(dev, act),
             )
         step += 1
         if step % 50 == 0:
@@ -246,6 +300,122 @@ def _run_ticks(
             "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
             f"{devices[0].memory_total_bytes / GIB:.2f} GiB of which 0 bytes is free."
         )
+
+
+def _power(dev: VirtualGpuDevice, act: Activity) -> float | None:
+    """The board power, watts, an activity asks for (``None``: the device's model)."""
+    limit = dev.info.power_limit_w
+    if act.power_of_limit is None or not limit:
+        return None
+    return act.power_of_limit * limit
+
+
+def _tick(dev: VirtualGpuDevice, act: Activity) -> None:
+    dev.tick(
+        act.duty,
+        sm_active=act.sm_active,
+        tensor_active=act.tensor_active,
+        pcie_tx_bytes_per_s=act.pcie_bytes_per_s / 4,
+        pcie_rx_bytes_per_s=act.pcie_bytes_per_s,
+        power_w=_power(dev, act),
+    )
+
+
+def _run_task(
+    pattern: Pattern,
+    devices: Sequence[VirtualGpuDevice],
+    params: DemoParams,
+    clock: Clock,
+    rng: random.Random,
+    log: Callable[[str], None],
+    spin: Callable[[float], None],
+) -> None:
+    """One task of a farm: ``phase_busy_s`` of GPU work, then ``phase_idle_s`` of
+    post-processing with the GPU idle, repeated for ``duration_s``; the task's core is busy
+    throughout (``spin``), as a process driving a GPU or post-processing on one core is."""
+    start = clock.now()
+    cycle = params.phase_busy_s + params.phase_idle_s
+    phases = 0
+    was_working = True
+    while (elapsed := clock.now() - start) < params.duration_s:
+        spin(min(params.tick_s, params.duration_s - elapsed))
+        working = (clock.now() - start) % cycle < params.phase_busy_s
+        if was_working and not working:
+            phases += 1
+            log(f"post-processing phase {phases} at {clock.now() - start:.1f}s")
+        was_working = working
+        for i, dev in enumerate(devices):
+            act = pattern.plan(0.0, i, len(devices), params, rng)
+            _tick(dev, act if working and act is not None else Activity(0.0))
+
+
+#: A rank's own work: it keeps its core busy (launching kernels, polling for their end, MPI
+#: progress) for ``argv[1]`` seconds; its kernels are the driver's ticks.
+_RANK_CODE = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+acc = 0
+while time.monotonic() < end:
+    for k in range(500):
+        acc = (acc * 31 + k * k) % 1000003
+"""
+
+
+def _rank_process(seconds: float) -> subprocess.Popen[bytes]:
+    """A rank: a real process that keeps its core busy for ``seconds``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _RANK_CODE, str(seconds)], stdin=subprocess.DEVNULL
+    )
+
+
+def _run_ranks(
+    pattern: Pattern,
+    devices: Sequence[VirtualGpuDevice],
+    params: DemoParams,
+    clock: Clock,
+    rng: random.Random,
+    log: Callable[[str], None],
+) -> None:
+    """Ranks that all select device 0 (none bound to its own GPU): every rank process holds
+    memory on and runs kernels on the first GPU; rank k (k >= 1) also opened GPU k and holds a
+    small context there (``ranks`` default: one per GPU). The ranks are real processes; this
+    process writes the devices' state for them, as one virtual GPU has one writer."""
+    ranks = params.ranks or len(devices)
+    lo, hi = pattern.memory_frac
+    frac = params.memory_frac if params.memory_frac is not None else rng.uniform(lo, hi)
+    context_bytes = int(0.4 * GIB)
+    procs = [_rank_process(params.duration_s + 5.0) for _ in range(ranks)]
+    try:
+        first = devices[0]
+        for proc in procs:
+            first.attach(pid=proc.pid, memory_bytes=int(frac * first.memory_total_bytes / ranks))
+        for k, proc in enumerate(procs[1:], start=1):
+            if k < len(devices):
+                devices[k].attach(pid=proc.pid, memory_bytes=context_bytes)
+        log(f"{ranks} ranks (pids {', '.join(str(p.pid) for p in procs)}) all on GPU 0")
+        start = clock.now()
+        while (elapsed := clock.now() - start) < params.duration_s:
+            clock.sleep(min(params.tick_s, params.duration_s - elapsed))
+            progress = (clock.now() - start) / params.duration_s
+            for i, dev in enumerate(devices):
+                act = pattern.plan(progress, i, len(devices), params, rng)
+                _tick(dev, act if act is not None else Activity(0.0))
+    finally:
+        for dev in devices:
+            for proc in procs:
+                dev.detach(pid=proc.pid)
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+
+
+def spin_cpu(seconds: float) -> None:
+    """Keep this process's core busy for ``seconds`` of wall-clock time."""
+    end = time.monotonic() + seconds
+    acc = 0
+    while time.monotonic() < end:
+        for k in range(500):
+            acc = (acc * 31 + k * k) % 1_000_003
 
 
 def burn_cpu(cpu_s: float) -> int:

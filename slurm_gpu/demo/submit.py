@@ -37,8 +37,11 @@ class Submitted:
     job_id: str
 
 
-#: Submission order: with four GPUs, first-in-first-out scheduling then runs the eleven GPUs of
-#: the demo in three full rounds (2+2, 2+1+1, 1+1+1).
+#: Submission order: with four GPUs, first-in-first-out scheduling then runs the eighteen GPUs of
+#: the demo in rounds: 2+2; 2+1+1; 1+1+1+1, the task farm's 2 (~70 s) taking the first two
+#: GPUs that free up; the four ranks sharing a GPU last, when all four are free. The task farm
+#: and the ranks keep cores busy, so they never run beside the dataloader job, whose diagnosis
+#: depends on the CPU time its own workers get.
 DEMO_ORDER = (
     "healthy",
     "idle-gpu",
@@ -48,6 +51,9 @@ DEMO_ORDER = (
     "near-oom",
     "overtime",
     "idle-tail",
+    "busy-empty",
+    "task-farm",
+    "ranks-share-gpu",
 )
 
 #: Patterns submitted with ``--mail-type=END``: their owner gets the e-mail after the job.

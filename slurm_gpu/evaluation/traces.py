@@ -698,13 +698,17 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
     )
 
 
-def generate(pattern: str, seed: int) -> Trace:
-    """One trace of ``pattern``, fully determined by ``seed``."""
+def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:
+    """One trace of ``pattern``, fully determined by ``seed``. ``interval_s``: read the same
+    job (the same plan: length, GPUs, duty cycles over time) every ``interval_s`` seconds
+    instead of at the plan's own interval, as a coarser monitoring system would."""
     if pattern not in _MAKERS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
     rng = random.Random(f"{pattern}:{seed}")
     plan = _base(rng, pattern)
     _MAKERS[pattern](plan)
+    if interval_s is not None:
+        plan.interval_s = interval_s
     job_id = str(100000 + seed)
     hosts = tuple(f"gpu{n + 1:03d}" for n in range(plan.nodes))
     start = 1.7e9

@@ -14,6 +14,8 @@ from typing import Any
 from slurm_gpu.analysis.findings import sbatch_flag
 from slurm_gpu.jobreport import fmt
 from slurm_gpu.jobreport.model import (
+    LIVE_SOURCE_PROMETHEUS,
+    LIVE_SOURCE_SPOOL,
     FindingView,
     GpuLine,
     JobReport,
@@ -228,6 +230,7 @@ def with_telemetry(
     notes: Sequence[str] = (),
     timeline_note: str = "",
     live_actions: Sequence[LiveActionView] = (),
+    live_source: str = "",
 ) -> JobReport:
     """The report with its GPU part filled in (final or live)."""
     from dataclasses import replace
@@ -249,6 +252,7 @@ def with_telemetry(
         telemetry=status,
         telemetry_note=note,
         live_updated_s=live_updated_s,
+        live_source=(live_source or None) if live else None,
         gpus=tuple(gpus),
         gpu_model=", ".join(models) if models else report.gpu_model,
         findings=sort_findings(findings),
@@ -381,7 +385,77 @@ def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
                     process_seen=seen if isinstance(seen, bool) else None,
                 )
             )
-    return Telemetry(gpus=tuple(lines), live=True, updated_s=max(updated) if updated else None)
+    return Telemetry(
+        gpus=tuple(lines),
+        live=True,
+        updated_s=max(updated) if updated else None,
+        source=LIVE_SOURCE_SPOOL,
+    )
+
+
+def telemetry_from_prometheus(
+    parts: Sequence[Any], nodes: Sequence[str], *, now_s: float, stale_after_s: float
+) -> Telemetry | None:
+    """The live GPU part of one job from Prometheus' series (``live.promclient.live_jobs``:
+    one ``LiveJob`` per host), for the job's accounting node list ``nodes``.
+
+    Missing or stale data are unknown, never idle: a host whose last reading is older than
+    ``stale_after_s`` keeps its GPU lines with every number unknown, a node of the job with
+    no series at all is named in a note. ``None`` when no host has series."""
+    if not parts:
+        return None
+    lines: list[GpuLine] = []
+    notes: list[str] = []
+    fresh_updated: list[float] = []
+    for part in sorted(parts, key=lambda p: str(p.host)):
+        age = now_s - part.updated_s
+        stale = age > stale_after_s
+        if stale:
+            notes.append(
+                f"{part.host}: Prometheus' data are {fmt.duration(age)} old, "
+                "its GPUs are shown as unknown"
+            )
+        else:
+            fresh_updated.append(part.updated_s)
+        for i, g in enumerate(part.gpus):
+            sampled = g.sampled_s
+            lines.append(
+                GpuLine(
+                    node=part.host,
+                    uuid=g.uuid,
+                    name=None,
+                    slot=i,  # Prometheus has no minor number: the GPU's place on its host
+                    duty_mean_pct=None if stale else g.utilization_mean_pct,
+                    duty_p50_pct=None,
+                    idle_fraction=None,
+                    sm_active_mean_pct=None,
+                    memory_peak_bytes=None if stale else g.memory_used_max_bytes,
+                    memory_total_bytes=g.memory_total_bytes,
+                    power_mean_w=(
+                        g.energy_j / sampled
+                        if not stale and g.energy_j is not None and sampled
+                        else None
+                    ),
+                    power_limit_w=None,
+                    energy_j=None if stale else g.energy_j,
+                    process_seen=None,
+                )
+            )
+    missing = sorted(set(nodes) - {p.host for p in parts})
+    if missing:
+        notes.append(
+            "no live data in Prometheus from "
+            + ", ".join(missing)
+            + " (its exporter is down or not scraped yet): its GPUs are unknown"
+        )
+    updated = max(fresh_updated) if fresh_updated else max(p.updated_s for p in parts)
+    return Telemetry(
+        gpus=tuple(lines),
+        live=True,
+        updated_s=updated,
+        notes=tuple(notes),
+        source=LIVE_SOURCE_PROMETHEUS,
+    )
 
 
 def findings_wording(override_dir: str = "", *, cache: bool = False) -> Wording:

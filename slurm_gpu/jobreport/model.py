@@ -133,6 +133,15 @@ class Telemetry:
     timeline); empty otherwise."""
     live_actions: tuple[LiveActionView, ...] = ()
     """The live policy's actions on the job, oldest first."""
+    source: str = ""
+    """Where live numbers came from: ``LIVE_SOURCE_SPOOL`` or ``LIVE_SOURCE_PROMETHEUS``;
+    empty for a final record."""
+
+
+#: A running job's numbers read from its node's live summary on this host.
+LIVE_SOURCE_SPOOL = "spool"
+#: A running job's numbers read from Prometheus (``[live] prometheus_url``).
+LIVE_SOURCE_PROMETHEUS = "prometheus"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,8 @@ class JobReport:
     """One sentence when the status needs explaining (live since, no samples, …)."""
     live_updated_s: float | None = None
     """Time of the live summary, for ``LIVE``."""
+    live_source: str | None = None
+    """Where the live numbers came from (``spool``, ``prometheus``), for ``LIVE``."""
     gpus: tuple[GpuLine, ...] = ()
     findings: tuple[FindingView, ...] = ()
     recommendations: tuple[RecommendationView, ...] = ()

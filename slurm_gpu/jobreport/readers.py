@@ -224,7 +224,46 @@ class StoreAndSpoolReader:
             return None
 
     def live(self, job: JobRecord) -> Telemetry | None:
-        """The live summaries of a running job on every node readable; ``None`` if none."""
+        """A running job's live numbers: its live summaries on this host's file system (a
+        node of the job), else Prometheus (``[live] prometheus_url``: a login node), else
+        a ``Telemetry`` without GPUs whose note says why there are none here.
+
+        Called only for a job accounting returned to the caller (``service.report_for``), so
+        Prometheus is asked about that one job id and nothing else."""
+        local = self._live_local(job)
+        if local is not None:
+            return local
+        return self._live_prometheus(job)
+
+    def _live_prometheus(self, job: JobRecord) -> Telemetry:
+        import time
+
+        from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError
+        from slurm_gpu.live.promclient import live_jobs as prometheus_jobs
+
+        live = self._settings.live
+        if not live.prometheus_url:
+            return _no_live(
+                "Live numbers are not available from this host: the job's live summary is on "
+                "its node, and no Prometheus is configured ([live] prometheus_url)."
+            )
+        try:
+            client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+            parts = prometheus_jobs(client, job_id=job.job_id)
+        except (PrometheusUnavailableError, ValueError) as exc:
+            return _no_live(f"Live numbers are not available from this host: {exc}.")
+        tel = adapter.telemetry_from_prometheus(
+            parts, job.nodelist, now_s=time.time(), stale_after_s=live.stale_after_s
+        )
+        if tel is None:
+            return _no_live(
+                "Live numbers are not available from this host: Prometheus holds no fresh "
+                "series of this job (it started moments ago, or its nodes are not scraped)."
+            )
+        return tel
+
+    def _live_local(self, job: JobRecord) -> Telemetry | None:
+        """The live summaries of a running job readable on this host; ``None`` if none."""
         from slurm_gpu.capture import spool
         from slurm_gpu.errors import SpoolFormatError
 
@@ -246,6 +285,11 @@ class StoreAndSpoolReader:
         """Release the store's connections, if this reader opened it."""
         if self._store is not None and self._owns_store:
             self._store.close()
+
+
+def _no_live(note: str) -> Telemetry:
+    """A running job's GPU part when no live number can be read here: ``note`` says why."""
+    return Telemetry(gpus=(), live=True, notes=(note,))
 
 
 #: Longest string kept from a live summary (host names, GPU UUIDs and names), characters.

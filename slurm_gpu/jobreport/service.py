@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
 from slurm_gpu.accounting.base import AccountingSource, is_settled
@@ -129,6 +129,10 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
     tel = reader.live(job) if job.state in RUNNING_STATES else reader.final(job)
     if tel is None:
         return base
+    if tel.live and not tel.gpus:
+        # No live number here (no Prometheus, or it did not answer): the accounting part
+        # as before, and the reason, never an empty GPU part that would read as idle.
+        return replace(base, notes=tuple(tel.notes))
     return with_telemetry(
         base,
         tel.gpus,
@@ -139,6 +143,7 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         notes=tel.notes,
         timeline_note=tel.timeline_note,
         live_actions=tel.live_actions,
+        live_source=tel.source,
     )
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import jinja2
 
-from slurm_gpu.jobreport.model import JobReport, TelemetryStatus
+from slurm_gpu.jobreport.model import (
+    LIVE_SOURCE_PROMETHEUS,
+    LIVE_SOURCE_SPOOL,
+    JobReport,
+    TelemetryStatus,
+)
 from slurm_gpu.jobreport.templating import environment
 
 _ANSI = {
@@ -22,6 +28,25 @@ _STATUS_LABEL = {
     TelemetryStatus.FINAL: "final, from the job's sealed record",
     TelemetryStatus.LIVE: "LIVE: the job is still running, numbers so far",
 }
+_LIVE_SOURCE = {
+    LIVE_SOURCE_SPOOL: "from the node's live summary",
+    LIVE_SOURCE_PROMETHEUS: "from Prometheus",
+}
+
+
+def status_label(report: JobReport, now_s: float | None = None) -> str:
+    """The words after "GPUs": final or live, and for live numbers where they came from and
+    how old they are (``live, from Prometheus, 42 s old``)."""
+    label = _STATUS_LABEL.get(report.telemetry, report.telemetry.value)
+    if report.telemetry is not TelemetryStatus.LIVE:
+        return label
+    parts = [label]
+    if report.live_source in _LIVE_SOURCE:
+        parts.append(_LIVE_SOURCE[report.live_source])
+    if report.live_updated_s is not None:
+        now = time.time() if now_s is None else now_s
+        parts.append(f"{max(0, round(now - report.live_updated_s))} s old")
+    return "; ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if parts[1:] else "")
 
 
 def colourer(enabled: bool) -> Callable[[object, str], str]:
@@ -82,7 +107,7 @@ class TerminalRenderer:
             r=report,
             c=self._c,
             state_style=_state_style(report.state),
-            status_label=_STATUS_LABEL.get(report.telemetry, report.telemetry.value),
+            status_label=status_label(report),
             duty_style=_duty_style,
             severity_style=_severity_style,
             severity_mark={"critical": "!!", "warning": "!", "info": "i"},

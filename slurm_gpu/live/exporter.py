@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.live.exposition import CONTENT_TYPE, render
+from slurm_gpu.live.peeruid import connection_uid, is_loopback
 from slurm_gpu.live.snapshot import read_node
 
 log = logging.getLogger("slurm_gpu.live.exporter")
@@ -40,6 +41,9 @@ class ExporterOptions:
     spool_dir: str
     stale_after_s: float
     """A summary whose last reading is older than this is left out, seconds."""
+    loopback_uids: frozenset[int] | None = None
+    """Accounts whose connections from this host (loopback) are served: root and the
+    Prometheus account. ``None``: every local connection (tests and benchmarks only)."""
 
 
 def exposition(opts: ExporterOptions, clock: Callable[[], float] = time.time) -> str:
@@ -95,7 +99,21 @@ def make_handler(opts: ExporterOptions) -> type[http.server.BaseHTTPRequestHandl
                 self.command = ""
                 self.send_error(431, "Request too large")
 
+        def _local_peer_refused(self) -> bool:
+            """A loopback client of an account not in ``loopback_uids``: any local user can
+            reach a loopback port, and the exposition names every job of the node."""
+            if opts.loopback_uids is None or not is_loopback(str(self.client_address[0])):
+                return False
+            uid = connection_uid(self.connection)
+            if uid is not None and uid in opts.loopback_uids:
+                return False
+            log.info("refused a local client of uid %s", uid)
+            return True
+
         def do_GET(self) -> None:
+            if self._local_peer_refused():
+                self.send_error(403, "Served to root and the Prometheus account only")
+                return
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404, "Only /metrics is served")
                 return

@@ -30,18 +30,36 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 RECENT_WINDOW_S = 900.0
 _JOB_ID = re.compile(r"^[0-9]{1,20}$")
 
-#: The raw series the view needs, in one query.
-VIEW_SERIES = (
-    '{__name__=~"slurm_gpu_gpu_(busy_seconds_total|sampled_seconds_total|utilization_ratio'
+_VIEW_NAMES = (
+    "slurm_gpu_gpu_(busy_seconds_total|sampled_seconds_total|utilization_ratio"
     "|idle_since_timestamp_seconds|first_active_timestamp_seconds|memory_used_bytes"
-    '|memory_total_bytes|power_watts)|slurm_gpu_job_(start|last_sample)_timestamp_seconds"}'
+    "|memory_total_bytes|power_watts)|slurm_gpu_job_(start|last_sample)_timestamp_seconds"
 )
+#: The raw series the view needs, in one query.
+VIEW_SERIES = f'{{__name__=~"{_VIEW_NAMES}"}}'
+#: One job's report (``gpueff``) also shows the peak memory and the energy so far.
+_JOB_NAMES = _VIEW_NAMES + "|slurm_gpu_gpu_(memory_used_max_bytes|energy_joules_total)"
 #: The 15-minute duty cycle: the recording rule, or its expression where the rule is missing.
 RECENT_RULE = "slurm_gpu_gpu:utilization:ratio_15m"
 RECENT_EXPR = (
     "increase(slurm_gpu_gpu_busy_seconds_total[15m])"
     " / (increase(slurm_gpu_gpu_sampled_seconds_total[15m]) > 0)"
 )
+
+
+def job_queries(job_id: str) -> tuple[str, str, str]:
+    """(raw series, recent rule, recent expression) of one job only: every selector carries
+    ``job_id="N"``. ``job_id`` is a raw Slurm job id (digits), checked here, so no user text
+    ever reaches a query."""
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"not a raw job id: {job_id!r}")
+    sel = f'job_id="{job_id}"'
+    return (
+        f'{{__name__=~"{_JOB_NAMES}",{sel}}}',
+        f"{RECENT_RULE}{{{sel}}}",
+        f"increase(slurm_gpu_gpu_busy_seconds_total{{{sel}}}[15m])"
+        f" / (increase(slurm_gpu_gpu_sampled_seconds_total{{{sel}}}[15m]) > 0)",
+    )
 
 
 class PrometheusUnavailableError(TelemetryUnavailableError):
@@ -110,6 +128,31 @@ class PrometheusClient:
             ) from None
         return parse_vector(raw)
 
+    def listen_address(self) -> str:
+        """Prometheus' ``--web.listen-address`` from ``/api/v1/status/flags`` (``slurm-gpu
+        doctor``); raises ``PrometheusUnavailableError``."""
+        url = f"{self.base_url}/api/v1/status/flags"
+        try:
+            raw = self._fetch(url, self.timeout_s)
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.base_url} is unreachable ({reason})",
+                hint="check live.prometheus_url",
+            ) from None
+        try:
+            address = json.loads(raw)["data"]["web.listen-address"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PrometheusUnavailableError(
+                f"Prometheus' flags are not readable ({exc})",
+                hint="is live.prometheus_url Prometheus' base URL?",
+            ) from None
+        if not isinstance(address, str):
+            raise PrometheusUnavailableError(
+                "Prometheus' flags name no listen address", hint="check live.prometheus_url"
+            )
+        return clean_user_text(address, 256)
+
 
 def _error_of(body: bytes) -> str:
     try:
@@ -157,26 +200,35 @@ _GPU_FIELDS = {
     "slurm_gpu_gpu_memory_used_bytes": "memory_used_bytes",
     "slurm_gpu_gpu_memory_total_bytes": "memory_total_bytes",
     "slurm_gpu_gpu_power_watts": "power_w",
+    "slurm_gpu_gpu_memory_used_max_bytes": "memory_used_max_bytes",
+    "slurm_gpu_gpu_energy_joules_total": "energy_j",
     RECENT_RULE: "utilization_recent_pct",
 }
 _RATIO_FIELDS = {"utilization_pct", "utilization_recent_pct"}
-_INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
+_INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "memory_used_max_bytes"}
 
 
-def live_jobs(client: PrometheusClient) -> list[LiveJob]:
+def live_jobs(client: PrometheusClient, job_id: str | None = None) -> list[LiveJob]:
     """Every running job's GPUs as Prometheus holds them now, one ``LiveJob`` per job and
-    host. Series without a job id, host or GPU UUID are ignored."""
-    samples = client.query(VIEW_SERIES)
-    recent = client.query(RECENT_RULE)
+    host; with ``job_id`` (a raw id), that job's only (``gpueff``: the query names the one
+    job accounting showed the caller). Series without a job id, host or GPU UUID are
+    ignored."""
+    series, rule, expr = (
+        (VIEW_SERIES, RECENT_RULE, RECENT_EXPR) if job_id is None else job_queries(job_id)
+    )
+    samples = client.query(series)
+    recent = client.query(rule)
     if not recent and samples:
-        recent = client.query(RECENT_EXPR)  # the recording rules are not loaded
+        recent = client.query(expr)  # the recording rules are not loaded
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
     gpus: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for s in samples + [Sample({**r.labels, "__name__": RECENT_RULE}, r.value) for r in recent]:
-        name, job_id, host = (s.labels.get(k, "") for k in ("__name__", "job_id", "host"))
-        if not _JOB_ID.match(job_id) or not host:
+        name, jid, host = (s.labels.get(k, "") for k in ("__name__", "job_id", "host"))
+        if not _JOB_ID.match(jid) or not host:
             continue
-        key = (job_id, host)
+        if job_id is not None and jid != job_id:
+            continue  # never more than was asked for, whatever the server answered
+        key = (jid, host)
         job = jobs.setdefault(key, {"labels": s.labels})
         if name == "slurm_gpu_job_start_timestamp_seconds":
             job["started_s"] = s.value
@@ -231,7 +283,7 @@ def _gpu(uuid: str, f: dict[str, Any]) -> LiveGpu:
         active_first_s=f.get("active_first_s"),
         memory_used_bytes=f.get("memory_used_bytes"),
         memory_total_bytes=f.get("memory_total_bytes"),
-        memory_used_max_bytes=None,
+        memory_used_max_bytes=f.get("memory_used_max_bytes"),
         power_w=f.get("power_w"),
-        energy_j=None,
+        energy_j=f.get("energy_j"),
     )

@@ -312,12 +312,16 @@ class VirtualGpuDevice:
         nvlink_rx_bytes_per_s: float = 0.0,
         pcie_tx_bytes_per_s: float = 0.0,
         pcie_rx_bytes_per_s: float = 0.0,
+        power_w: float | None = None,
     ) -> None:
         """Account the time since the previous tick: a kernel ran ``duty`` (0-1) of it.
 
         ``sm_active`` is the share of SMs busy while a kernel ran (default 0.8),
         ``tensor_active`` the share of cycles the tensor cores worked while a kernel ran.
-        Throughputs are bytes per second over the tick. Power follows the duty cycle.
+        Throughputs are bytes per second over the tick. Power (watts) follows the duty cycle
+        and SM activity unless ``power_w`` gives the board's draw (a kernel that keeps few
+        SMs and little memory traffic busy draws far less than the model's share of duty);
+        either way it is capped at the power limit.
         """
         now = self._clock()
         dt = max(0.0, now - float(self.state["t_s"]))
@@ -327,7 +331,11 @@ class VirtualGpuDevice:
         st["busy_s"] = float(st["busy_s"]) + duty * dt
         st["sm_active_s"] = float(st["sm_active_s"]) + duty * sm * dt
         st["tensor_active_s"] = float(st["tensor_active_s"]) + duty * min(1.0, tensor_active) * dt
-        power = self.idle_power_w + (self.max_power_w - self.idle_power_w) * duty * (0.6 + 0.4 * sm)
+        if power_w is None:
+            span = self.max_power_w - self.idle_power_w
+            power = self.idle_power_w + span * duty * (0.6 + 0.4 * sm)
+        else:
+            power = max(0.0, power_w)
         power *= 1.0 + self._rng.uniform(-0.02, 0.02)
         st["power_w"] = round(min(power, float(self.identity.get("power_limit_w") or power)), 2)
         st["energy_mj"] = int(st["energy_mj"]) + int(st["power_w"] * dt * 1000)

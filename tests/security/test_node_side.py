@@ -416,7 +416,10 @@ def test_an_oversized_live_summary_is_not_parsed(tmp_path: Path) -> None:
     settings = parse_settings(
         {"paths": {"state_dir": str(tmp_path), "spool_dir": str(spool_dir)}}, path=None
     )
-    assert StoreAndSpoolReader(settings).live(_running_job(job)) is None
+    tel = StoreAndSpoolReader(settings).live(_running_job(job))
+    # Not parsed: no GPU numbers, only the line saying none are available here.
+    assert tel is not None and tel.gpus == () and tel.source == ""
+    assert "not available from this host" in tel.notes[0]
 
 
 # --------------------------------------------------------------------------- class 8 (hooks)

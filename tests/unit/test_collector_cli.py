@@ -54,3 +54,53 @@ def test_store_migrate_then_info(tmp_path: Path) -> None:
     data = json.loads(info.output)
     assert data["schema_version"] == 7 and data["rows"]["jobs"] == 0
     assert data["rows"]["job_reports"] == 0
+
+
+def test_collect_pulls_jobs_of_a_slurm_tres_partition_through_the_cli(tmp_path: Path) -> None:
+    # sacct answers from rows (the fake prints every row in the fields each call asks for):
+    # one finished GPU job with one srun step whose per-step GPU TRES are in Slurm's format
+    # (written, as in tests/data/sacct_tres: the test cluster's virtual GPUs record none).
+    import sacct_fixtures as F
+
+    from slurm_gpu.store import TELEMETRY_COMPLETE, Store
+
+    usage = {"NTasks": "1", "TRESUsageInAve": "", "TRESUsageInMax": ""}
+    job = F.row(**usage)
+    rows = [
+        job,
+        F.step(job, "batch", **usage),
+        F.step(
+            job,
+            "0",
+            NTasks="1",
+            AllocTRES="cpu=2,gres/gpu=1,mem=1000M,node=1",
+            TRESUsageInAve="cpu=00:00:10,energy=0,gres/gpumem=2000M,gres/gpuutil=40,mem=1024K",
+            TRESUsageInMax="cpu=00:00:10,energy=0,gres/gpumem=3000M,gres/gpuutil=45,mem=1024K",
+        ),
+    ]
+    sacct = F.write_fake_sacct(tmp_path, rows)
+    cfg = _config(tmp_path)
+    cfg.write_text(
+        cfg.read_text()
+        + f'[accounting]\nsacct_path = "{sacct}"\n'
+        + "[collector]\nmissing_lookback_s = 3e8\nmissing_grace_s = 0.0\n"
+        + '[source]\ndefault = "slurm-tres"\npull_lookback_s = 3e8\n'
+    )
+    result = CliRunner().invoke(cli, ["--config", str(cfg), "collect", "--once", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.splitlines()[-1])
+    assert report["ingested"] == ["101"] and report["missing_telemetry"] == []
+    with Store.open(f"sqlite:///{tmp_path}/db/store.db", migrate=False) as store:
+        got = store.get_job("101")
+        assert got is not None and got.telemetry == TELEMETRY_COMPLETE
+        [node] = got.nodes
+        assert node.source == "slurm-tres" and node.hostname == "vm"
+        assert node.gpus[0].memory_used_max_bytes == 3000 * 2**20
+
+
+def test_an_unknown_source_name_exits_3_naming_the_key(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    cfg.write_text(cfg.read_text() + '[source]\npartitions = { gpu = "dgcm" }\n')
+    result = CliRunner().invoke(cli, ["--config", str(cfg), "collect", "--once"])
+    assert result.exit_code == 3, result.output
+    assert "source.partitions.gpu" in result.output and "Traceback" not in result.output

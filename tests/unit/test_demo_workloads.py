@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -168,6 +170,8 @@ def test_every_pattern_has_an_sbatch_script() -> None:
         ({"SLURM_JOB_GPUS": "0,2"}, [0, 2]),
         ({"SLURM_JOB_GPUS": "1-3", "CUDA_VISIBLE_DEVICES": "0,1,2"}, [1, 2, 3]),
         ({"SLURM_STEP_GPUS": "3"}, [3]),
+        # An srun step inherits the batch script's SLURM_JOB_GPUS; it drives only its own.
+        ({"SLURM_JOB_GPUS": "0,1", "SLURM_STEP_GPUS": "1"}, [1]),
         ({"CUDA_VISIBLE_DEVICES": "0"}, [0]),
     ],
 )
@@ -180,3 +184,104 @@ def test_job_without_gpus_and_bad_lists_are_usage_errors() -> None:
         job_gpu_minors({})
     with pytest.raises(UsageError):
         parse_index_list("GPU-1234")
+
+
+def _idle_runs(values: list[float]) -> list[int]:
+    """Lengths of the runs of zero readings between the first and last busy reading."""
+    busy = [k for k, v in enumerate(values) if v > 5]
+    runs, run = [], 0
+    for v in values[busy[0] : busy[-1] + 1]:
+        if v > 5:
+            if run:
+                runs.append(run)
+            run = 0
+        else:
+            run += 1
+    return runs
+
+
+def test_task_farm_works_then_post_processes_again_and_again(tmp_path: Path) -> None:
+    """The task farm of the real case, scaled: GPU work at ~68 % duty, then post-processing
+    with the GPU idle, repeated; the process stays on the GPU throughout."""
+    readings, _ = run_and_sample(
+        tmp_path, "task-farm", 1, duration_s=33, phase_busy_s=6, phase_idle_s=5
+    )
+    u = util(readings, 0)
+    runs = _idle_runs(u)
+    assert len(runs) == 2 and all(r >= 4 for r in runs)  # the third phase is the tail
+    busy = [v for v in u if v > 5]
+    assert 60 <= statistics.mean(busy) <= 76
+    assert all(r[0].processes for r in readings[:-1])
+    assert min(mem_frac(readings, 0)) >= 0.5
+
+
+def test_task_farm_keeps_its_core_busy_the_whole_time(tmp_path: Path) -> None:
+    clock = SamplingClock()
+    create_gpus(tmp_path, 1, clock=clock)
+    spun: list[float] = []
+
+    def spin(seconds: float) -> None:
+        spun.append(seconds)
+        clock.sleep(seconds)
+
+    dev = VirtualGpuDevice.open(tmp_path, 0, clock=clock)
+    run_pattern("task-farm", [dev], DemoParams(duration_s=12), clock, spin=spin)
+    assert sum(spun) == pytest.approx(12.0)
+
+
+def test_ranks_share_one_gpu_while_the_others_hold_a_context(tmp_path: Path) -> None:
+    """Four ranks, none bound to its own GPU: all run on GPU 0; GPUs 1-3 hold one rank's
+    0.4 GiB context each (a process, memory) and run no kernel."""
+    readings, devices = run_and_sample(tmp_path, "ranks-share-gpu", 4, duration_s=10, ranks=4)
+    assert statistics.mean(util(readings, 0)) > 90
+    assert all(len(r[0].processes) == 4 for r in readings[:-1])
+    for gpu in (1, 2, 3):
+        assert max(util(readings, gpu)) == 0.0
+        assert all(len(r[gpu].processes) == 1 for r in readings[:-1])
+        assert all(r[gpu].memory_used_bytes == int(0.4 * 1024**3) for r in readings[:-1])
+    # The ranks are real processes, and they are gone (and off the GPUs) at the end.
+    pids = {p.pid for p in readings[0][0].processes}
+    assert len(pids) == 4 and os.getpid() not in pids
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in _proc_state(pid)
+    final = VirtualGpuSource(tmp_path).sample([d.uuid for d in devices])
+    assert all(r.processes == () for r in final)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_busy_empty_is_busy_at_a_quarter_of_the_power_limit(tmp_path: Path) -> None:
+    """The A100 of the real case: 99 % duty at 109 W of 400 W, no SM activity reported."""
+    clock = SamplingClock()
+    create_gpus(tmp_path, 1, model="a100", clock=clock)
+    source = VirtualGpuSource(tmp_path, clock=clock)
+    uuids = [g.uuid for g in source.list_gpus()]
+    readings: list[list[GpuSample]] = []
+    clock.on_read = lambda: readings.append(list(source.sample(uuids)))
+    source.sample(uuids)
+    dev = VirtualGpuDevice.open(tmp_path, 0, clock=clock)
+    run_pattern("busy-empty", [dev], DemoParams(seed=3, duration_s=10), clock)
+    assert statistics.mean(util(readings, 0)) > 90
+    limit = dev.info.power_limit_w or 0.0
+    power = [r[0].power_w or 0.0 for r in readings[:-1]]
+    assert max(power) < 0.35 * limit and min(power) > 0.2 * limit
+    assert all(r[0].sm_active_pct is None for r in readings)  # an A100: no GPM metrics
+    assert max(mem_frac(readings, 0)) <= 0.1
+
+
+def test_exit_code_is_the_workloads_status(tmp_path: Path) -> None:
+    """A task whose last stage fails exits with the status asked for, after its work."""
+    create_gpus(tmp_path, 1)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    argv = [sys.executable, "-m", "slurm_gpu.demo", "task-farm", "--gpus", "0"]
+    argv += ["--virtual-dir", str(tmp_path), "--duration", "0.3", "--exit-code", "1"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "demo task-farm done" in proc.stdout
+    assert "exiting 1 as asked" in proc.stderr

@@ -146,6 +146,11 @@ def _scenarios() -> list[Finding]:
             job(gpus=2),
             [node([gpu("GPU-a"), gpu("GPU-b", active=(T0 + 10, T0 + 1800))])],
         ),
+        # Read from dcgm-exporter: one GPU unused, and no process list to say more.
+        (
+            job(gpus=2),
+            [replace(node([gpu("GPU-a"), gpu("GPU-b", duty=0.0)]), source="dcgm-exporter")],
+        ),
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
