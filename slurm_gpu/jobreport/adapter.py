@@ -20,11 +20,13 @@ from slurm_gpu.jobreport.model import (
     FindingView,
     GpuLine,
     JobReport,
+    LiveActionView,
     RecommendationView,
     Telemetry,
     TelemetryStatus,
 )
 from slurm_gpu.records import GpuSummary, JobRecord, NodeRecord, TimelinePoint
+from slurm_gpu.store.actionrows import TAKEN, stopped_per_action
 
 #: Sparkline width in points: enough to see the shape of a job, narrow enough for a terminal.
 SPARK_POINTS = 24
@@ -235,6 +237,7 @@ def with_telemetry(
     recommendations: Sequence[RecommendationView] = (),
     notes: Sequence[str] = (),
     timeline_note: str = "",
+    live_actions: Sequence[LiveActionView] = (),
     live_source: str = "",
 ) -> JobReport:
     """The report with its GPU part filled in (final or live)."""
@@ -245,6 +248,7 @@ def with_telemetry(
             report,
             telemetry=TelemetryStatus.NO_TELEMETRY,
             telemetry_note="No GPU telemetry was recorded for this job.",
+            live_actions=tuple(live_actions),
         )
     if live:
         status, note = TelemetryStatus.LIVE, "The job is running: GPU numbers are live, so far."
@@ -263,6 +267,7 @@ def with_telemetry(
         recommendations=tuple(recommendations),
         notes=tuple(notes),
         timeline_note=timeline_note,
+        live_actions=tuple(live_actions),
     )
 
 
@@ -314,6 +319,27 @@ def telemetry_from_stored(
         recommendations=tuple(recs),
         notes=tuple(notes),
         timeline_note=timeline_gone_note(getattr(stored, "timeline_pruned_s", None)),
+        live_actions=live_action_views(stored.job, getattr(stored, "live_actions", ())),
+    )
+
+
+def live_action_views(job: JobRecord, actions: Iterable[Any]) -> tuple[LiveActionView, ...]:
+    """The live policy's actions on ``job`` as its owner sees them: the warnings and
+    cancellations it took, oldest first; dry-run ("would") actions are left out, since they
+    did not happen (admins see them in the weekly report)."""
+    taken = sorted((a for a in actions if a.action in TAKEN), key=lambda a: a.at_s)
+    stopped = stopped_per_action(taken, job.start_s, job.time_limit_s)
+    return tuple(
+        LiveActionView(
+            at_s=a.at_s,
+            after_start_s=None if job.start_s is None else max(0.0, a.at_s - job.start_s),
+            rule=a.rule,
+            action=a.action,
+            gpus=a.gpus,
+            idle_gpu_hours=a.idle_gpu_s / 3600.0,
+            stopped_gpu_hours=gh,
+        )
+        for a, gh in zip(taken, stopped, strict=True)
     )
 
 

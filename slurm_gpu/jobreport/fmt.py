@@ -95,3 +95,23 @@ def clean(text: object) -> str:
     or rewrite another user's terminal.
     """
     return "".join("?" if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) else ch for ch in str(text))
+
+
+def live_action(a: object) -> str:
+    """One action of the live policy in words (``model.LiveActionView``), e.g.
+    ``warned after 01:30:00: 1 GPU never used, 1.50 idle GPU-hours so far``."""
+    gpus = int(getattr(a, "gpus", 0))
+    rule = str(getattr(a, "rule", ""))
+    what = "never used" if rule == "never_used" else "idle"
+    when = getattr(a, "after_start_s", None)
+    text = f"{getattr(a, 'action', '')}{'' if when is None else ' after ' + duration(when)}: "
+    text += f"{gpus} GPU{'' if gpus == 1 else 's'} {what}, "
+    text += f"{hours(getattr(a, 'idle_gpu_hours', None))} idle GPU-hours so far"
+    if getattr(a, "action", "") == "cancelled":
+        stopped = getattr(a, "stopped_gpu_hours", None)
+        text += (
+            f"; at most {hours(stopped)} GPU-hours stopped from being wasted"
+            if stopped is not None
+            else "; GPU-hours stopped from being wasted not known (no time limit)"
+        )
+    return text

@@ -84,6 +84,29 @@ _RECOMMENDATION = {
     },
 }
 
+_LIVE_ACTION = {
+    "type": "object",
+    "required": [
+        "at_s",
+        "after_start_s",
+        "rule",
+        "action",
+        "gpus",
+        "idle_gpu_hours",
+        "stopped_gpu_hours",
+    ],
+    "additionalProperties": False,
+    "properties": {
+        "at_s": {"type": "number"},
+        "after_start_s": _NUM,
+        "rule": {"type": "string"},
+        "action": {"enum": ["warned", "cancelled"]},
+        "gpus": {"type": "integer"},
+        "idle_gpu_hours": {"type": "number"},
+        "stopped_gpu_hours": _NUM,
+    },
+}
+
 _JOB = {
     "type": "object",
     "additionalProperties": False,
@@ -119,6 +142,7 @@ _JOB = {
         "gpus",
         "findings",
         "recommendations",
+        "live_actions",
     ],
     "properties": {
         "job_id": {"type": "string"},
@@ -154,6 +178,7 @@ _JOB = {
         "gpus": {"type": "array", "items": _GPU},
         "findings": {"type": "array", "items": _FINDING},
         "recommendations": {"type": "array", "items": _RECOMMENDATION},
+        "live_actions": {"type": "array", "items": _LIVE_ACTION},
     },
 }
 
@@ -246,6 +271,18 @@ def job_json(r: JobReport) -> dict[str, Any]:
                 "gpu_hours_saved": rec.gpu_hours_saved,
             }
             for rec in r.recommendations
+        ],
+        "live_actions": [
+            {
+                "at_s": a.at_s,
+                "after_start_s": a.after_start_s,
+                "rule": a.rule,
+                "action": a.action,
+                "gpus": a.gpus,
+                "idle_gpu_hours": a.idle_gpu_hours,
+                "stopped_gpu_hours": a.stopped_gpu_hours,
+            }
+            for a in r.live_actions
         ],
     }
 

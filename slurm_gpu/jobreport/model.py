@@ -97,6 +97,28 @@ class RecommendationView:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveActionView:
+    """One action the live policy (``slurm-gpu police``) took on the job while it ran."""
+
+    at_s: float
+    """When, seconds since the epoch."""
+    after_start_s: float | None
+    """When, seconds after the job started; ``None`` when its start is not known."""
+    rule: str
+    """``never_used`` (a GPU never used) or ``idle`` (GPUs idle too long)."""
+    action: str
+    """``warned`` or ``cancelled`` (dry-run actions are not shown to the job's owner)."""
+    gpus: int
+    """GPUs the rule found idle."""
+    idle_gpu_hours: float
+    """Their idle GPU-hours at the time of the action."""
+    stopped_gpu_hours: float | None
+    """GPU-hours the action stopped from being wasted (``actionrows.stopped_gpu_hours``):
+    for a cancellation, the idle GPUs times the time left until the time limit; 0 for a
+    warning; ``None`` when not known (no time limit)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Telemetry:
     """The GPU part of one job's report, already in view-model terms."""
 
@@ -109,6 +131,8 @@ class Telemetry:
     timeline_note: str = ""
     """Why the GPUs have no sparkline although the job was sampled (retention removed the
     timeline); empty otherwise."""
+    live_actions: tuple[LiveActionView, ...] = ()
+    """The live policy's actions on the job, oldest first."""
     source: str = ""
     """Where live numbers came from: ``LIVE_SOURCE_SPOOL`` or ``LIVE_SOURCE_PROMETHEUS``;
     empty for a final record."""
@@ -162,6 +186,8 @@ class JobReport:
     """``[analysis] unused_max_duty_pct``: a GPU at or below this mean duty cycle was unused."""
     timeline_note: str = ""
     """One sentence when the store's retention removed the job's timeline; else empty."""
+    live_actions: tuple[LiveActionView, ...] = ()
+    """The live policy's warnings and cancellations while the job ran, oldest first."""
 
     # ------------------------------------------------------------------ derived numbers
 

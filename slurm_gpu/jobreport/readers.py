@@ -314,7 +314,12 @@ def clean_live(value: Any) -> Any:
 def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
     """``model.Telemetry`` back from ``dataclasses.asdict`` after a JSON round trip (lists
     for tuples). Raises ``KeyError``/``TypeError`` for a mapping of another shape."""
-    from slurm_gpu.jobreport.model import FindingView, GpuLine, RecommendationView
+    from slurm_gpu.jobreport.model import (
+        FindingView,
+        GpuLine,
+        LiveActionView,
+        RecommendationView,
+    )
 
     return Telemetry(
         gpus=tuple(GpuLine(**{**g, "spark_pct": tuple(g.get("spark_pct", ()))}) for g in d["gpus"]),
@@ -329,6 +334,7 @@ def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
             for r in d.get("recommendations", ())
         ),
         notes=tuple(d.get("notes", ())),
+        live_actions=tuple(LiveActionView(**a) for a in d.get("live_actions", ())),
     )
 
 

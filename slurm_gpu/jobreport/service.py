@@ -142,6 +142,7 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         recommendations=tel.recommendations,
         notes=tel.notes,
         timeline_note=tel.timeline_note,
+        live_actions=tel.live_actions,
         live_source=tel.source,
     )
 

@@ -37,6 +37,7 @@ def filters() -> dict[str, Callable[..., Any]]:
         "bar": fmt.bar,
         "spark": fmt.sparkline,
         "clean": fmt.clean,
+        "live_action": fmt.live_action,
     }
 
 

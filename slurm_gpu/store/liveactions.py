@@ -7,33 +7,22 @@ rule, to throttle per user and to count a job's warnings before a cancellation.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, delete, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store import schema
+from slurm_gpu.store.actionrows import LiveAction
+
+__all__ = ["LiveAction", "actions_for", "forget_reports", "record_actions"]
 
 _CHUNK = 500
 
-
-@dataclass(frozen=True, slots=True)
-class LiveAction:
-    """One action of the live policy on a running job."""
-
-    job_id: str
-    rule: str
-    action: str
-    """``warned``, ``cancelled``, ``would_warn`` or ``would_cancel``."""
-    user: str
-    account: str
-    at_s: float
-    gpus: int
-    idle_gpu_s: float
-    """Idle GPU-seconds of the rule's GPUs at the time of the action."""
-    detail: str
+log = logging.getLogger("slurm_gpu.store.liveactions")
 
 
 def record_actions(engine: Engine, actions: Sequence[LiveAction]) -> None:
@@ -48,6 +37,22 @@ def record_actions(engine: Engine, actions: Sequence[LiveAction]) -> None:
             f"cannot record the live policy's actions ({type(exc).__name__})",
             hint="check the store (slurm-gpu store info)",
         ) from None
+    forget_reports(engine, [a.job_id for a in actions])
+
+
+def forget_reports(engine: Engine, job_ids: Sequence[str]) -> None:
+    """Delete the rendered reports (``job_reports``) of ``job_ids``: a job collected before
+    its action was recorded (it ended during the policy's pass) would otherwise keep a report
+    without the action. ``gpueff`` then renders it afresh from the store, and ``slurm-gpu
+    store reports`` renders it again. Best effort: the actions are recorded already."""
+    ids = sorted(set(job_ids))
+    r = schema.job_reports
+    try:
+        with engine.begin() as conn:
+            for i in range(0, len(ids), _CHUNK):
+                conn.execute(delete(r).where(r.c.job_id.in_(ids[i : i + _CHUNK])))
+    except SQLAlchemyError as exc:
+        log.warning("cannot forget the reports of actioned jobs (%s)", type(exc).__name__)
 
 
 def actions_for(

@@ -26,6 +26,7 @@ from slurm_gpu.records import (
     Tres,
 )
 from slurm_gpu.store import codec
+from slurm_gpu.store.actionrows import LiveAction, action_from_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,8 @@ class StoredJob:
     timeline_pruned_s: float | None = None
     """When the store's retention removed the job's timelines and rendered report (seconds
     since the epoch); ``None`` while they are kept (``slurm_gpu.store.prune``)."""
+    live_actions: tuple[LiveAction, ...] = ()
+    """The live policy's actions on the job while it ran (``live_actions``), oldest first."""
 
     @property
     def gpus(self) -> tuple[tuple[str, GpuSummary], ...]:
@@ -263,6 +266,7 @@ def stored_job(
     tl_rows: list[Any],
     *,
     utilization_only: bool = False,
+    action_rows: Sequence[Any] = (),
 ) -> StoredJob:
     """One ``StoredJob`` from its ``jobs`` row and its child rows (each in stored order);
     ``utilization_only``: timelines with GPU utilization alone (``codec.decode_timeline``)."""
@@ -315,4 +319,5 @@ def stored_job(
         collected_at_s=r.collected_at_s,
         # Absent from a row of a store before schema version 4 (a reader of an old store).
         timeline_pruned_s=getattr(r, "timeline_pruned_s", None),
+        live_actions=tuple(action_from_row(a) for a in action_rows),
     )

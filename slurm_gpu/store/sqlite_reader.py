@@ -234,6 +234,14 @@ class SqliteReader:
                     if timelines
                     else {}
                 )
+                # The live policy's actions on these jobs (schema version 7), for the report.
+                actions = rows.group_by_job(
+                    conn.execute(
+                        f"SELECT * FROM live_actions WHERE job_id IN ({ids}) "
+                        "ORDER BY job_id, at_s, id",
+                        params,
+                    ).fetchall()
+                )
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -246,6 +254,7 @@ class SqliteReader:
                 findings.get(r.job_id, []),
                 tls.get(r.job_id, []),
                 utilization_only=timelines == "utilization",
+                action_rows=actions.get(r.job_id, []),
             )
             for r in job_rows
         ]

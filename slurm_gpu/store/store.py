@@ -694,6 +694,14 @@ class Store:
                     if timelines
                     else {}
                 )
+                la = schema.live_actions
+                actions = rows.group_by_job(
+                    conn.execute(
+                        select(la)
+                        .where(la.c.job_id.in_(ids_sel))
+                        .order_by(la.c.job_id, la.c.at_s, la.c.id)
+                    ).all()
+                )
         except SQLAlchemyError as exc:
             raise _store_error(self.url, exc) from None
         return [
@@ -705,6 +713,7 @@ class Store:
                 tls.get(r.job_id, []),
                 # "utilization": GPU utilization alone, as ``SqliteReader``.
                 utilization_only=timelines == "utilization",
+                action_rows=actions.get(r.job_id, []),
             )
             for r in job_rows
         ]

@@ -29,6 +29,9 @@ Definitions (``docs/report.md`` explains them for readers of the report):
 - Idle head/tail: per GPU that was ever active, the idle span before its first active reading
   and after its last one. A job is listed when, on every active GPU, the head (or the tail)
   lasted at least ``idle_edge_min_s``; its idle GPU-hours are the sum of heads and tails.
+- The live policy's actions count with their job, in the period the job ended in; GPU-hours
+  stopped from being wasted are ``actionrows.stopped_per_action`` (a job's first cancellation:
+  idle GPUs × the time left until its time limit, an upper bound), as ``gpueff`` shows them.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_gpu.errors import StoreError
-from slurm_gpu.store.schema import findings, job_gpus, jobs
+from slurm_gpu.store.actionrows import stopped_per_action
+from slurm_gpu.store.schema import findings, job_gpus, jobs, live_actions
 from slurm_gpu.weekly.model import (
     CAUSES,
     CauseShare,
@@ -66,6 +70,8 @@ from slurm_gpu.weekly.model import (
     HistogramBin,
     IdleEdgeJob,
     IdleEdgeSummary,
+    LivePolicyRule,
+    LivePolicySummary,
     NeverUsedGpu,
     NeverUsedSummary,
     NodeHardware,
@@ -646,6 +652,56 @@ def trend(
     return tuple(out)
 
 
+def live_policy(conn: Connection, period: Period) -> LivePolicySummary:
+    """The live policy's actions on the GPU jobs that ended in ``period``, per rule. One query;
+    the loop is over actions (a few per warned job), not over the period's jobs."""
+    la = live_actions
+    rows = conn.execute(
+        select(la.c.job_id, la.c.rule, la.c.action, la.c.gpus, la.c.at_s)
+        .add_columns(jobs.c.start_s, jobs.c.time_limit_s)
+        .select_from(la.join(jobs, jobs.c.job_id == la.c.job_id))
+        .where(_in(period))
+    ).all()
+    jobs_by: dict[tuple[str, str], set[str]] = {}
+    per_job: dict[str, list[Any]] = {}
+    for r in sorted(rows, key=lambda r: (r.job_id, r.at_s)):
+        jobs_by.setdefault((r.rule, r.action), set()).add(r.job_id)
+        jobs_by.setdefault(("", r.action), set()).add(r.job_id)
+        per_job.setdefault(r.job_id, []).append(r)
+    stopped: dict[str, float] = {}
+    unlimited: set[str] = set()
+    for job_id, acts in per_job.items():
+        # The function gpueff's report uses, on the same actions: the same numbers.
+        for r, gh in zip(
+            acts, stopped_per_action(acts, acts[0].start_s, acts[0].time_limit_s), strict=True
+        ):
+            if gh is None:
+                unlimited.add(job_id)
+            stopped[r.rule] = stopped.get(r.rule, 0.0) + (gh or 0.0)
+
+    def n(rule: str, action: str) -> int:
+        return len(jobs_by.get((rule, action), ()))
+
+    rules = tuple(
+        LivePolicyRule(
+            rule=rule,
+            jobs_warned=n(rule, "warned"),
+            jobs_cancelled=n(rule, "cancelled"),
+            jobs_would_warn=n(rule, "would_warn"),
+            jobs_would_cancel=n(rule, "would_cancel"),
+            gpu_hours_stopped=stopped.get(rule, 0.0),
+        )
+        for rule in sorted({r.rule for r in rows})
+    )
+    return LivePolicySummary(
+        jobs_warned=n("", "warned"),
+        jobs_cancelled=n("", "cancelled"),
+        gpu_hours_stopped=sum(stopped.values()),
+        cancelled_without_limit=len(unlimited),
+        rules=rules,
+    )
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -691,6 +747,7 @@ def build_report(
                 hardware=hardware(conn, period),
                 trend=trend(conn, period.until_s, opts.trend_weeks, opts.unused_max_duty_pct),
                 idle_edge_min_s=opts.idle_edge_min_s,
+                live_policy=live_policy(conn, period),
             )
     except SQLAlchemyError as exc:
         raise StoreError(

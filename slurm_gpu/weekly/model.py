@@ -8,7 +8,7 @@ allocation; duty cycles are NVML utilization (share of time any kernel ran), in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: Version of the JSON document (``slurm-gpu report weekly --format json``). Bump it when a
 #: field changes meaning or disappears; adding a field keeps the version.
@@ -197,6 +197,36 @@ class TrendWeek:
 
 
 @dataclass(frozen=True, slots=True)
+class LivePolicyRule:
+    """The live policy's actions of one rule on the jobs that ended in the period."""
+
+    rule: str
+    """``never_used`` or ``idle``."""
+    jobs_warned: int
+    jobs_cancelled: int
+    jobs_would_warn: int
+    """Dry run: jobs it would have warned (nothing happened to them)."""
+    jobs_would_cancel: int
+    gpu_hours_stopped: float
+    """GPU-hours its cancellations stopped from being wasted (``actionrows.stopped_gpu_hours``:
+    idle GPUs × the time left until the time limit, an upper bound); warnings credit none."""
+
+
+@dataclass(frozen=True, slots=True)
+class LivePolicySummary:
+    """What the live policy (``slurm-gpu police``) did to the jobs that ended in the period."""
+
+    jobs_warned: int = 0
+    """Jobs warned at least once (any rule)."""
+    jobs_cancelled: int = 0
+    gpu_hours_stopped: float = 0.0
+    """GPU-hours stopped from being wasted, the sum over the cancellations (as ``gpueff``)."""
+    cancelled_without_limit: int = 0
+    """Cancelled jobs without a time limit: counted, not credited."""
+    rules: tuple[LivePolicyRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class WeeklyReport:
     """Everything the weekly report shows."""
 
@@ -219,3 +249,5 @@ class WeeklyReport:
     trend: tuple[TrendWeek, ...]
     idle_edge_min_s: float
     """Threshold used for the idle head/tail section."""
+    live_policy: LivePolicySummary = field(default_factory=LivePolicySummary)
+    """The live policy's warnings and cancellations of the period's jobs."""

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import gen_week
 from test_report_aggregate import hand_rows
 
+from slurm_gpu.store import schema
+from slurm_gpu.store.liveactions import LiveAction, record_actions
 from slurm_gpu.store.store import Store
 from slurm_gpu.weekly.aggregate import ReportOptions, build_report
 from slurm_gpu.weekly.model import Period
@@ -55,6 +58,10 @@ window.addEventListener("load", function () {
       function (row) { return parseFloat(row.cells[4].textContent.replace(/,/g, "")); });
     out.sorted = cells;
   } catch (e) { out.errors.push("checker: " + e); }
+  var live = document.getElementById("live-policy");
+  out.live = live ? {h: live.getBoundingClientRect().height,
+                     rows: live.querySelectorAll("tbody tr").length,
+                     text: live.textContent} : null;
   var pre = document.createElement("pre");
   pre.id = "__check";
   pre.textContent = JSON.stringify(out);
@@ -101,7 +108,9 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 store.engine,
                 *gen_week.frames(n, SINCE - i * WEEK_S, seed=10 + i, id_offset=10_000 + i * 10**6),
             )
-        gen_week.insert_dicts(store.engine, *hand_rows())
+        jobs, gpus, findings = hand_rows()
+        gen_week.insert_dicts(store.engine, jobs, gpus, findings)
+        _live_actions(store.engine, {j["job_id"]: j for j in jobs})
         report = build_report(
             store.engine,
             Period(SINCE, SINCE + WEEK_S),
@@ -111,6 +120,32 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = d / "report.html"
     path.write_text(render_html(report), encoding="utf-8")
     return path
+
+
+def _live_actions(engine: Any, jobs: dict[str, dict[str, Any]]) -> None:
+    """The live policy warned job 101 and warned, then cancelled, job 106 (given a time
+    limit, so that the cancellation is credited)."""
+    with engine.begin() as conn:
+        conn.execute(
+            schema.jobs.update()
+            .where(schema.jobs.c.job_id == "106")
+            .values(time_limit_s=jobs["106"]["elapsed_s"] * 3)
+        )
+
+    def act(job_id: str, action: str, rule: str, after_s: float) -> LiveAction:
+        j = jobs[job_id]
+        return LiveAction(
+            job_id, rule, action, j["user"], j["account"], j["start_s"] + after_s, 1, after_s, ""
+        )
+
+    record_actions(
+        engine,
+        [
+            act("101", "warned", "never_used", 1800),
+            act("106", "warned", "never_used", 1800),
+            act("106", "cancelled", "never_used", jobs["106"]["elapsed_s"]),
+        ],
+    )
 
 
 def test_report_renders_without_errors_and_every_chart_has_a_size(
@@ -131,6 +166,10 @@ def test_report_renders_without_errors_and_every_chart_has_a_size(
     for svg in result["svgs"]:
         assert svg["w"] > 100 and svg["h"] > 50, svg
         assert svg["shapes"] > 5, svg
+    # The live policy's section is drawn, one row per rule that acted.
+    live = result["live"]
+    assert live and live["h"] > 0 and live["rows"] == 1, live
+    assert "GPU-hours stopped from being wasted by the live policy" in live["text"]
     # The sorter ordered the wasted GPU-hours column ascending.
     values = result["sorted"]
     assert values and values == sorted(values)
