@@ -238,6 +238,19 @@ def test_idle_job_is_listed_warned_once_and_cancelled_healthy_and_exempt_are_not
         assert len(sink.about(idle)) == 1 and len(sink.about(exempt)) == 1
         assert sink.about(healthy) == []
         assert slurmtools.squeue_state(exempt) == "RUNNING"
+
+        # After the job: collected, its owner's gpueff shows what the policy did while it ran.
+        slurm_gpu("collect", "--job", idle, "--wait", "60")
+        gpueff = slurmtools.venv_python().parent / "gpueff"
+        cfg = str(slurmtools.slurm_gpu_config_path())
+        shown = slurmtools.run_as("sgtest1", [str(gpueff), "--config", cfg, "--no-color", idle])
+        assert "Live policy" in shown.stdout, shown.stdout
+        policy_lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("  - ")]
+        assert any("warned" in ln for ln in policy_lines), shown.stdout
+        assert any("cancelled" in ln for ln in policy_lines), shown.stdout
+        as_json = slurmtools.run_as("sgtest1", [str(gpueff), "--config", cfg, "--json", idle])
+        (job,) = json.loads(as_json.stdout)["jobs"]
+        assert [a["action"] for a in job["live_actions"]] == ["warned", "cancelled"]
     finally:
         for job in (idle, exempt, healthy):
             slurmtools.run_as(None, ["scancel", job], check=False)
