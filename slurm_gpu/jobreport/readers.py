@@ -202,12 +202,13 @@ class StoreAndSpoolReader:
         return tel
 
     def _from_report_file(self, job: JobRecord) -> Telemetry | None:
-        """The telemetry of the caller's own job from their report file
-        (``reportfiles``), when it was rendered under the current key; else ``None``. The
-        kernel lets only the file's user (and root) open it."""
+        """The telemetry of the caller's own job from their report file (``reportfiles``),
+        else ``None``. The kernel lets only the file's user (and root) open it. The file's
+        render key need not be the current one: its text is then out of date (a template
+        edited, an upgrade) and is not printed, but the numbers it holds are still the job's,
+        and are rendered afresh here; a telemetry this release cannot decode is ``None``."""
         import os
 
-        from slurm_gpu.jobreport.reportcache import render_key
         from slurm_gpu.jobreport.reportfiles import read_reports, reports_root
 
         uid = os.getuid()
@@ -215,7 +216,7 @@ class StoreAndSpoolReader:
             return None
         s = self._settings
         root = reports_root(s.paths.state_dir, s.gpueff.reports_dir)
-        found = read_reports(root, uid, [job.job_id_display], render_key(s.gpueff))
+        found = read_reports(root, uid, [job.job_id_display], None)
         if not found or not isinstance(found[0].get("telemetry"), dict):
             return None
         try:

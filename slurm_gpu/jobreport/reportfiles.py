@@ -93,11 +93,12 @@ def _read_one(user_dir: int, typed: str) -> dict[str, Any] | None:
 
 
 def read_reports(
-    root: str, uid: int, typed_ids: Sequence[str], key: str
+    root: str, uid: int, typed_ids: Sequence[str], key: str | None
 ) -> list[dict[str, Any]] | None:
     """The report files of ``typed_ids`` in ``root/<uid>/``, in order; ``None`` unless every
     one exists, is a regular file of at most ``REPORT_MAX_BYTES`` and was rendered under
-    ``key``. Each is the file's object (``plain``, ``colour``, ``job``). Never raises."""
+    ``key`` (``None``: under any key). Each is the file's object (``plain``, ``colour``,
+    ``job``). Never raises."""
     if not typed_ids or not all(valid_id(t) for t in typed_ids):
         return None
     try:
@@ -118,7 +119,7 @@ def read_reports(
             if (
                 body is None
                 or body.get("format") != FILE_FORMAT
-                or body.get("render_key") != key
+                or (key is not None and body.get("render_key") != key)
                 or not isinstance(body.get("plain"), str)
                 or not isinstance(body.get("colour"), str)
                 or not isinstance(body.get("job"), dict)

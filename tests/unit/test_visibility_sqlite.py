@@ -293,3 +293,29 @@ def test_a_store_closed_to_the_user_is_a_store_error_not_a_missing_store(base: P
     res = _as(OTHER, OTHER_GID, code)
     assert res.stdout.startswith("store error") and "report files" in res.stdout
     assert cfg.exists()
+
+
+def test_after_an_upgrade_the_owner_still_gets_their_job_from_an_outdated_report_file(
+    base: Path,
+) -> None:
+    # Seen on the test cluster after an upgrade: the report file's render key was an older
+    # release's, so its text is not printed, and the owner, who cannot read the store, got a
+    # store error instead of their job. The numbers in the file are still the job's.
+    cfg = _collected(base)
+    settings = load_settings(str(cfg))
+    root = reports_root(settings.paths.state_dir, settings.gpueff.reports_dir)
+    path = Path(root) / str(OWNER) / "1001.report"
+    body = json.loads(path.read_text())
+    body["render_key"] = "1-00000000deadbeef-0"  # rendered by another release
+    path.chmod(0o640)
+    path.write_text(json.dumps(body))
+    path.chmod(0o440)
+    _assert_store_closed_to(OWNER, OWNER_GID, base)
+    assert _as(OWNER, OWNER_GID, _fast_path(cfg, "1001")).stdout == "NONE"  # text not used
+    argv = ["--config", str(cfg), "--no-color", "1001"]
+    code = _FULL_COMMAND.format(
+        tests=str(Path(__file__).parent), uid=OWNER, cfg=str(cfg), args=argv
+    )
+    res = _as(OWNER, OWNER_GID, code)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert 'Job 1001 "secret-project"' in res.stdout and "% busy" in res.stdout
