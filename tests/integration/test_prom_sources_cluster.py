@@ -4,10 +4,11 @@ the cluster's real Prometheus scrapes the node's exporter and the TEST-ONLY shap
 exact names and labels, started by ``share/testcluster/start``), and each source reads the
 finished jobs back from Prometheus.
 
-The collector's pull pass (another part of issue 18) is not called here: the sources are
-called directly and the analysis is run on their records as the collector runs it on the
-hooks' records (``analysis.analyze`` with the cluster's settings). The reference is what the
-collector stored from the hooks' sealed records of the same jobs.
+The first tests call the sources directly and run the analysis on their records as the
+collector runs it on the hooks' records (``analysis.analyze`` with the cluster's settings);
+the last runs ``slurm-gpu collect`` itself with ``[source]`` naming each source (the pull
+pass). The reference is what the collector stored from the hooks' sealed records of the same
+jobs.
 
 Tolerances: per GPU, the mean duty cycle from Prometheus is within 10 percentage points of
 the hooks' (the hooks read every second, Prometheus keeps the last reading every 2 s), and
