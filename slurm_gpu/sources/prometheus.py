@@ -10,13 +10,13 @@ from slurm_gpu.config import Settings
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.live.promclient import PrometheusClient
 from slurm_gpu.sources.base import TelemetrySource
-from slurm_gpu.sources.prometheus_common import PromSourceOptions
+from slurm_gpu.sources.prometheus_common import PrometheusSource, PromSourceOptions
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
 from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource
 from slurm_gpu.sources.prometheus_jobstats import JobstatsSource
 
 #: Configured name -> (source class, the name its records carry).
-_CLASSES: dict[str, type[DcgmExporterSource | JobstatsSource | SlurmExporterSource]] = {
+_CLASSES: dict[str, type[PrometheusSource]] = {
     "dcgm": DcgmExporterSource,
     "jobstats": JobstatsSource,
     "exporter": SlurmExporterSource,

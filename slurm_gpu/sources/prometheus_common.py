@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from slurm_gpu.capture.aggregate import NodeAggregator
 from slurm_gpu.live.promclient import PrometheusClient, Series
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, JobRecord, NodeRecord
+from slurm_gpu.sourcecaps import CAPABILITIES, SourceCapabilities
 from slurm_gpu.sources.base import SourceResult
 
 #: Raw-sample answers are asked at most this many seconds at a time (a 7-day job on 8 GPUs
@@ -93,6 +94,28 @@ class NodeSeries:
 
     def host(self, t: float) -> HostReading:
         return self.host_readings.setdefault(t, HostReading())
+
+
+class PrometheusSource:
+    """What the Prometheus sources share: the client, the options, and the capabilities of the
+    name their records carry (``record_name``, a key of ``sourcecaps.CAPABILITIES``)."""
+
+    record_name = ""
+
+    def __init__(self, client: PrometheusClient, options: PromSourceOptions) -> None:
+        self.client = client
+        self.options = options
+
+    @property
+    def capabilities(self) -> SourceCapabilities:
+        return CAPABILITIES[self.record_name]
+
+    @staticmethod
+    def unusable(job: JobRecord) -> SourceResult | None:
+        """Every node missing when the job's id cannot go into a query; else ``None``."""
+        if valid_job_id(job):
+            return None
+        return SourceResult((), tuple(job.nodelist), (f"job id {job.job_id!r} unusable",))
 
 
 def valid_job_id(job: JobRecord) -> bool:

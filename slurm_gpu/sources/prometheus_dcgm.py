@@ -15,21 +15,18 @@ code of the last XID (0: none). No process list and no host series: those stay u
 
 from __future__ import annotations
 
-from slurm_gpu.live.promclient import PrometheusClient
 from slurm_gpu.records import GpuInfo, JobRecord
-from slurm_gpu.sourcecaps import CAPABILITIES, SourceCapabilities
 from slurm_gpu.sources.base import SourceResult
 from slurm_gpu.sources.prometheus_common import (
     GpuReading,
     NodeSeries,
-    PromSourceOptions,
+    PrometheusSource,
     hosts_regex,
     names_regex,
     promql_string,
     read_window,
     result_of,
     short_host,
-    valid_job_id,
 )
 
 NAME = "dcgm-exporter"
@@ -66,19 +63,13 @@ def _minor(device: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-class DcgmExporterSource:
+class DcgmExporterSource(PrometheusSource):
     """A job's node records from dcgm-exporter's job-mapped series (``TelemetrySource``)."""
 
     queries_per_job = 1
     """Queries per job (per ``chunk_s`` of its run)."""
 
-    def __init__(self, client: PrometheusClient, options: PromSourceOptions) -> None:
-        self.client = client
-        self.options = options
-
-    @property
-    def capabilities(self) -> SourceCapabilities:
-        return CAPABILITIES[NAME]
+    record_name = NAME
 
     def selector(self, job: JobRecord) -> str:
         return (
@@ -88,8 +79,8 @@ class DcgmExporterSource:
         )
 
     def records_for(self, job: JobRecord) -> SourceResult:
-        if not valid_job_id(job):
-            return SourceResult((), tuple(job.nodelist), (f"job id {job.job_id!r} unusable",))
+        if (unusable := self.unusable(job)) is not None:
+            return unusable
         series, _ = read_window(self.client, self.selector(job), job, self.options)
         nodes: dict[str, NodeSeries] = {}
         free: dict[tuple[str, float, str], float] = {}

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_gpu.live.promclient import PrometheusClient
 from slurm_gpu.records import GpuInfo, JobRecord
-from slurm_gpu.sourcecaps import CAPABILITIES, SourceCapabilities
 from slurm_gpu.sources.base import SourceResult
 from slurm_gpu.sources.prometheus_common import (
     GpuReading,
     NodeSeries,
-    PromSourceOptions,
+    PrometheusSource,
     hosts_regex,
     names_regex,
     promql_string,
     read_window,
     result_of,
     short_host,
-    valid_job_id,
 )
 
 NAME = "slurm-exporter"
@@ -58,19 +55,13 @@ MAX_EXPAND = 360
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "energy_mj", "rss_bytes", "cpus"}
 
 
-class SlurmExporterSource:
+class SlurmExporterSource(PrometheusSource):
     """A job's node records from the project's exporter series (``TelemetrySource``)."""
 
     queries_per_job = 1
     """Queries per job (per ``chunk_s`` of its run)."""
 
-    def __init__(self, client: PrometheusClient, options: PromSourceOptions) -> None:
-        self.client = client
-        self.options = options
-
-    @property
-    def capabilities(self) -> SourceCapabilities:
-        return CAPABILITIES[NAME]
+    record_name = NAME
 
     def selector(self, job: JobRecord) -> str:
         names = names_regex([*GPU_FIELDS, *HOST_FIELDS, INTERVAL_METRIC])
@@ -80,8 +71,8 @@ class SlurmExporterSource:
         )
 
     def records_for(self, job: JobRecord) -> SourceResult:
-        if not valid_job_id(job):
-            return SourceResult((), tuple(job.nodelist), (f"job id {job.job_id!r} unusable",))
+        if (unusable := self.unusable(job)) is not None:
+            return unusable
         wanted = set(job.nodelist)
         series, _ = read_window(self.client, self.selector(job), job, self.options)
         nodes: dict[str, NodeSeries] = {}

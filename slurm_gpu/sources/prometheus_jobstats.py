@@ -21,20 +21,17 @@ of power), no XID: those stay unknown.
 
 from __future__ import annotations
 
-from slurm_gpu.live.promclient import PrometheusClient
 from slurm_gpu.records import GpuInfo, JobRecord
-from slurm_gpu.sourcecaps import CAPABILITIES, SourceCapabilities
 from slurm_gpu.sources.base import SourceResult
 from slurm_gpu.sources.prometheus_common import (
     NodeSeries,
-    PromSourceOptions,
+    PrometheusSource,
     hosts_regex,
     names_regex,
     promql_string,
     read_window,
     result_of,
     short_host,
-    valid_job_id,
 )
 
 NAME = "jobstats"
@@ -58,19 +55,13 @@ REQUIRED: tuple[str, ...] = ("nvidia_gpu_duty_cycle", JOB_ID_METRIC)
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "rss_bytes", "cpus"}
 
 
-class JobstatsSource:
+class JobstatsSource(PrometheusSource):
     """A job's node records from the jobstats GPU and cgroup exporters (``TelemetrySource``)."""
 
     queries_per_job = 2
     """Queries per job (per ``chunk_s`` of its run): the GPU series and the cgroup series."""
 
-    def __init__(self, client: PrometheusClient, options: PromSourceOptions) -> None:
-        self.client = client
-        self.options = options
-
-    @property
-    def capabilities(self) -> SourceCapabilities:
-        return CAPABILITIES[NAME]
+    record_name = NAME
 
     def gpu_selector(self, job: JobRecord) -> str:
         names = names_regex([*GPU_FIELDS, JOB_ID_METRIC])
@@ -87,8 +78,8 @@ class JobstatsSource:
         )
 
     def records_for(self, job: JobRecord) -> SourceResult:
-        if not valid_job_id(job):
-            return SourceResult((), tuple(job.nodelist), (f"job id {job.job_id!r} unusable",))
+        if (unusable := self.unusable(job)) is not None:
+            return unusable
         wanted = set(job.nodelist)
         job_number = int(job.job_id)
         gpu_series, _ = read_window(self.client, self.gpu_selector(job), job, self.options)
