@@ -110,6 +110,10 @@ class PrometheusSource:
     def capabilities(self) -> SourceCapabilities:
         return CAPABILITIES[self.record_name]
 
+    def records_for(self, job: JobRecord) -> SourceResult:
+        """The job's node records (each source reads its own series)."""
+        raise NotImplementedError
+
     @staticmethod
     def unusable(job: JobRecord) -> SourceResult | None:
         """Every node missing when the job's id cannot go into a query; else ``None``."""
