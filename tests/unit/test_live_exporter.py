@@ -20,7 +20,7 @@ from slurm_gpu.live.exporter import MAX_REQUEST_BYTES, ExporterOptions, expositi
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS
 from slurm_gpu.live.snapshot import read_node
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample
-from tests.unit.promtext import ExpositionError, parse
+from promtext import ExpositionError, parse
 
 JOB_LABELS = {"job_id", "user", "account", "partition", "host"}
 

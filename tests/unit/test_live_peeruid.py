@@ -16,7 +16,7 @@ import pytest
 
 from slurm_gpu.live.exporter import ExporterOptions, make_server
 from slurm_gpu.live.peeruid import connection_uid, diag_uid, is_loopback, peer_uid
-from tests.unit.test_live_exporter import run_sampler
+from test_live_exporter import run_sampler
 
 NOBODY = 65534
 

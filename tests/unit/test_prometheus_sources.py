@@ -11,6 +11,7 @@ missing for one node make that node missing; what a source cannot give stays ``N
 from __future__ import annotations
 
 import shutil
+import sys
 import socket
 import subprocess
 import time
@@ -19,6 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from store_fixtures import make_job
 
 from slurm_gpu.capture.aggregate import NodeAggregator
 from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError, Sample
@@ -30,7 +34,6 @@ from slurm_gpu.sources.prometheus_common import PromSourceOptions, hosts_regex, 
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
 from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource
 from slurm_gpu.sources.prometheus_jobstats import JobstatsSource
-from tests.store_fixtures import make_job
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
