@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from promtext import ExpositionError, parse
 
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.capture.spool import read_live, write_live
@@ -20,7 +21,6 @@ from slurm_gpu.live.exporter import MAX_REQUEST_BYTES, ExporterOptions, expositi
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS
 from slurm_gpu.live.snapshot import read_node
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample
-from promtext import ExpositionError, parse
 
 JOB_LABELS = {"job_id", "user", "account", "partition", "host"}
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_live_exporter import run_sampler
 
 from slurm_gpu.live.exporter import ExporterOptions, make_server
 from slurm_gpu.live.peeruid import connection_uid, diag_uid, is_loopback, peer_uid
-from test_live_exporter import run_sampler
 
 NOBODY = 65534
 

@@ -11,9 +11,9 @@ missing for one node make that node missing; what a source cannot give stays ``N
 from __future__ import annotations
 
 import shutil
-import sys
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
