@@ -21,41 +21,34 @@ def _store_info(settings: object) -> tuple[str, int, int]:
     return info.url, info.schema_version, info.latest_version
 
 
-def _private_data(settings: object) -> frozenset[str] | None:
-    """Slurm's PrivateData flags from ``scontrol show config`` (the scontrol beside an
-    absolute ``accounting.sacct_path``); ``None`` when it cannot be asked."""
-    import os
+def _output(argv: list[str]) -> str | None:
+    """Standard output of a Slurm client command; ``None`` when it cannot be run."""
     import subprocess
 
-    sacct = settings.accounting.sacct_path  # type: ignore[attr-defined]
-    scontrol = (
-        os.path.join(os.path.dirname(sacct), "scontrol") if os.path.isabs(sacct) else "scontrol"
-    )
     try:
-        out = subprocess.run(
-            [scontrol, "show", "config"], capture_output=True, text=True, timeout=30, check=True
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, check=True, cwd="/"
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _private_data(settings: object) -> frozenset[str] | None:
+    """Slurm's PrivateData flags: slurm.conf's (``scontrol show config``) and slurmdbd's
+    (``sacctmgr show configuration``: sacct follows it, so a flag set there alone hides jobs
+    as well), the commands beside an absolute ``accounting.sacct_path``; ``None`` when
+    scontrol cannot be asked."""
+    from slurm_gpu.accounting.admincomment import sacctmgr_path_for
+    from slurm_gpu.accounting.partitions import scontrol_path_for
     from slurm_gpu.store.visibility import dbd_private_data, private_data
 
-    # sacct follows slurmdbd's PrivateData: a flag set there alone hides jobs as well.
-    sacctmgr = (
-        os.path.join(os.path.dirname(scontrol), "sacctmgr")
-        if os.path.isabs(scontrol)
-        else "sacctmgr"
-    )
-    try:
-        dbd = subprocess.run(
-            [sacctmgr, "show", "configuration"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        dbd = ""
-    return private_data(out) | dbd_private_data(dbd)
+    sacct = settings.accounting.sacct_path  # type: ignore[attr-defined]
+    ctl = _output([scontrol_path_for(sacct), "show", "config"])
+    if ctl is None:
+        return None
+    sacctmgr = sacctmgr_path_for(settings.collector.sacctmgr_path, sacct)  # type: ignore[attr-defined]
+    dbd = _output([sacctmgr, "show", "configuration"]) or ""
+    return private_data(ctl) | dbd_private_data(dbd)
 
 
 def _rls_missing(settings: object) -> list[str]:

@@ -110,11 +110,11 @@ def sync_roles(ctx: click.Context) -> None:
     policies read them (docs/store.md). Run it from the collector's timer, as root. SQLite
     stores have nothing to sync: their file is closed to users.
     """
-    import os
     import subprocess
     from collections.abc import Sequence
 
     from slurm_gpu.accounting.admincomment import sacctmgr_path_for
+    from slurm_gpu.accounting.partitions import scontrol_path_for
     from slurm_gpu.store import Store
     from slurm_gpu.store.urls import sqlite_path
     from slurm_gpu.store.visibility import read_visibility, write_visibility
@@ -125,9 +125,7 @@ def sync_roles(ctx: click.Context) -> None:
         return
     sacct = settings.accounting.sacct_path
     sacctmgr = sacctmgr_path_for(settings.collector.sacctmgr_path, sacct)
-    scontrol = (
-        os.path.join(os.path.dirname(sacct), "scontrol") if os.path.isabs(sacct) else "scontrol"
-    )
+    scontrol = scontrol_path_for(sacct)
 
     def run(argv: Sequence[str]) -> str:
         try:
