@@ -4,16 +4,14 @@ real client from a real HTTP server answering ``/api/v1/status/flags`` as Promet
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonhttp import JsonServer
 
 from slurm_gpu import doctor
 from slurm_gpu.config import Settings, parse_settings
@@ -74,42 +72,21 @@ class _Flags:
 
     def __init__(self) -> None:
         self.address = ""
-        outer = self
+        self.http = JsonServer(self._answer)
+        self.url = self.http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != "/api/v1/status/flags":
-                    self.send_error(404)
-                    return
-                body = json.dumps(
-                    {
-                        "status": "success",
-                        "data": {"web.listen-address": outer.address, "storage.tsdb.path": "x"},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def _answer(self, path: str, _query: str) -> Any:
+        if path != "/api/v1/status/flags":
+            return None
+        data = {"web.listen-address": self.address, "storage.tsdb.path": "x"}
+        return {"status": "success", "data": data}
 
 
 @pytest.fixture
 def flags() -> Iterator[_Flags]:
     fake = _Flags()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with fake.http:
         yield fake
-    finally:
-        fake.server.shutdown()
-        fake.server.server_close()
-        thread.join()
 
 
 def _check(flags: _Flags, address: str, private: frozenset[str] = JOBS) -> doctor.Check:

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ import gpueff_factory as F
 import jsonschema
 import pytest
 from click.testing import CliRunner, Result
+from jsonhttp import JsonServer
 from test_gpueff_cli import FakeAccounting
 
 from slurm_gpu.cli.gpueff import BACKENDS_KEY, cli
@@ -81,58 +79,28 @@ class FakePrometheus:
         self.series: list[Any] = []
         self.recent: list[Any] = []
         self.queries: list[str] = []
-        outer = self
+        self.http = JsonServer(self._answer)
+        self.url = self.http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urllib.parse.urlsplit(self.path)
-                query = urllib.parse.parse_qs(url.query).get("query", [""])[0]
-                outer.queries.append(query)
-                if url.path != "/api/v1/query":
-                    self.send_error(404)
-                    return
-                if query.startswith("{__name__"):
-                    found = outer.series
-                elif query.startswith("slurm_gpu_gpu:utilization:ratio_15m"):
-                    found = outer.recent
-                else:
-                    found = []
-                body = json.dumps(
-                    {
-                        "status": "success",
-                        "data": {
-                            "resultType": "vector",
-                            "result": [
-                                {"metric": labels, "value": [time.time(), repr(float(v))]}
-                                for labels, v in found
-                            ],
-                        },
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def _answer(self, path: str, query: str) -> Any:
+        self.queries.append(query)
+        if path != "/api/v1/query":
+            return None
+        if query.startswith("{__name__"):
+            found = self.series
+        elif query.startswith("slurm_gpu_gpu:utilization:ratio_15m"):
+            found = self.recent
+        else:
+            found = []
+        result = [{"metric": labels, "value": [time.time(), repr(float(v))]} for labels, v in found]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
 @pytest.fixture
 def prom() -> Iterator[FakePrometheus]:
     fake = FakePrometheus()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with fake.http:
         yield fake
-    finally:
-        fake.server.shutdown()
-        fake.server.server_close()
-        thread.join()
 
 
 def login_config(tmp_path: Path, prometheus_url: str) -> Path:
