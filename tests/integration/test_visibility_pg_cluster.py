@@ -47,15 +47,8 @@ def _superuser(sql: str, db: str = "postgres") -> str:
     return slurmtools.run_as("postgres", [*argv, "-c", sql], cwd="/").stdout
 
 
-def _socket_reachable() -> None:
-    """The server's socket directory as ``share/testpg/start`` leaves it (0755, so users
-    connect as themselves); a start script of an older checkout made it 0700."""
-    os.chmod(PG_RUN, 0o755)
-
-
 def _psql(user: str, db: str, sql: str) -> subprocess.CompletedProcess[str]:
     """``sql`` through the ``psql`` client as the OS user ``user`` (their own role)."""
-    _socket_reachable()
     argv = [_psql_bin(), "-h", PG_RUN, "-p", PG_PORT, "-d", db, "-XAtq", "-c", sql]
     return slurmtools.run_as(user, argv, check=False)
 
@@ -71,7 +64,6 @@ class PgCluster:
         self, user: str, tool: str, *args: str, timeout_s: float = 90.0
     ) -> subprocess.CompletedProcess[str]:
         exe = slurmtools.venv_python().parent / tool
-        _socket_reachable()
         return slurmtools.run_as(
             user, [str(exe), "--config", str(self.config), *args], check=False, timeout_s=timeout_s
         )
@@ -147,7 +139,6 @@ def test_another_user_reads_no_row_with_python(pg: PgCluster, stored_job: str) -
         f"c = psycopg.connect(host='{PG_RUN}', port={PG_PORT}, dbname='{pg.db}')\n"
         "print(c.execute('SELECT job_name FROM jobs').fetchall())\n"
     )
-    _socket_reachable()
     res = slurmtools.run_as(
         "sgtest2", [str(slurmtools.venv_python()), "-I", "-c", code], check=False
     )
