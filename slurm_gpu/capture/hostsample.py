@@ -766,6 +766,20 @@ class NullHostSampler:
         """Nothing is kept open."""
 
 
+CGROUP_GRACE_READINGS = 30
+"""Readings (30 s at the default 1 s interval) that a job already seen in /proc under its
+slurmstepd waits for its cgroup where Slurm keeps cgroups on the node."""
+
+
+def slurm_cgroup_tree_exists(cgroup_root: str) -> bool:
+    """Whether slurmd keeps job cgroups under ``cgroup_root``: a v2 ``slurmstepd.scope`` or a
+    root-owned v1 ``<controller>/slurm*`` directory (``slurm_<node>`` with several slurmd per
+    host)."""
+    if os.path.isdir(os.path.join(cgroup_root, "system.slice", "slurmstepd.scope")):
+        return True
+    return any(_trusted_dir(d) for d in glob.glob(os.path.join(cgroup_root, "*", "slurm*")))
+
+
 class AutoHostSampler:
     """Probes for the job's cgroup until the job shows up, then sticks to one method.
 
@@ -773,7 +787,10 @@ class AutoHostSampler:
     ``PrologFlags=Alloc`` the prolog runs at allocation), so a single probe at start would fall
     back to /proc for good. Until a cgroup appears or /proc shows a process descending from
     the job's slurmstepd (``ProcHostSampler.verified``), every reading probes again: a process
-    counted only for its uid and variable does not decide the method.
+    counted only for its uid and variable does not decide the method. Where Slurm keeps a
+    cgroup tree on the node, even a verified process pins /proc only after
+    ``CGROUP_GRACE_READINGS`` readings without the job's cgroup (the readings meanwhile are
+    /proc's).
     """
 
     def __init__(
@@ -795,6 +812,7 @@ class AutoHostSampler:
             else None
         )
         self._chosen: Cgroup2HostSampler | Cgroup1HostSampler | ProcHostSampler | None = None
+        self._verified_readings = 0
 
     @property
     def method(self) -> str:
@@ -824,7 +842,16 @@ class AutoHostSampler:
             return NullHostSampler().sample(now_s)
         reading = self._proc.sample(now_s)
         if reading.process_count and self._proc.verified:
-            self._chosen = self._proc
+            # Where Slurm keeps cgroups on this node, its tasks run under the job's slurmstepd
+            # a moment before every controller has the job's directory (jobacct_gather/cgroup
+            # makes cpuacct's once the tasks are forked; seen on Slurm 24.11): the cgroup is
+            # awaited for a grace period before /proc is kept for the job.
+            self._verified_readings += 1
+            if (
+                not slurm_cgroup_tree_exists(self.cgroup_root)
+                or self._verified_readings > CGROUP_GRACE_READINGS
+            ):
+                self._chosen = self._proc
         return reading
 
     def allocated_cores(self) -> int | None:

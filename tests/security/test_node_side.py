@@ -235,6 +235,52 @@ def test_a_forged_job_process_does_not_pin_the_proc_method(tmp_path: Path) -> No
         _stop(stepd)
 
 
+def _slurm_cgroup1_tree(root: Path) -> None:
+    """Slurm's v1 tree on a node that enforces cgroups: another job's memory cgroup."""
+    other = root / "memory" / "slurm_node1" / "uid_1000" / "job_1"
+    other.mkdir(parents=True)
+    (other / "memory.stat").write_text("rss 1\n")
+
+
+def _cgroup1(root: Path, job: str) -> None:
+    for controller in ("cpuacct", "memory"):
+        job_dir = root / controller / "slurm_node1" / f"uid_{os.getuid()}" / f"job_{job}"
+        job_dir.mkdir(parents=True)
+    (
+        root / "cpuacct" / "slurm_node1" / f"uid_{os.getuid()}" / f"job_{job}" / "cpuacct.usage"
+    ).write_text("2000000000\n")
+
+
+def test_tasks_forked_before_the_cpuacct_cgroup_do_not_pin_proc_on_a_cgroup_node(
+    tmp_path: Path,
+) -> None:
+    """Slurm 24.11 lab on cgroup v1 (a clean-clone CI run): the job's task ran under its
+    slurmstepd before jobacct_gather/cgroup had made the job's cpuacct directory; the sampler
+    kept /proc for the whole job and the record said ``proc`` on a node enforcing cgroups.
+    Where Slurm keeps a cgroup tree, the job's cgroup is awaited; where it never comes, /proc
+    is kept after the grace period."""
+    job = _job_id()
+    _slurm_cgroup1_tree(tmp_path / "cg")
+    stepd = _fake_stepd(tmp_path, job)
+    try:
+        auto = AutoHostSampler(job, os.getuid(), cgroup_root=str(tmp_path / "cg"))
+        assert auto.sample(1.0).process_count == 1
+        assert auto.method == "proc"
+        _cgroup1(tmp_path / "cg", job)
+        reading = auto.sample(2.0)
+        assert reading.method == "cgroup1" and auto.method == "cgroup1"
+        assert reading.cpu_time_s == 2.0
+
+        late = AutoHostSampler(job, os.getuid(), cgroup_root=str(tmp_path / "cg-late"))
+        _slurm_cgroup1_tree(tmp_path / "cg-late")
+        for i in range(hostsample.CGROUP_GRACE_READINGS + 1):
+            assert late.sample(float(i)).method == "proc"
+        _cgroup1(tmp_path / "cg-late", job)
+        assert late.sample(100.0).method == "proc"  # kept for the job once the grace ended
+    finally:
+        _stop(stepd)
+
+
 def test_a_process_under_another_jobs_slurmstepd_does_not_join(tmp_path: Path) -> None:
     job, other = _job_id(), _job_id()
     stepd = _fake_stepd(tmp_path, other)
