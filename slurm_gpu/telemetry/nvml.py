@@ -181,6 +181,8 @@ class NvmlSource:
         self._last_rescan: float | None = None
         self._last_reinit: float | None = None
         self._event_set: Any = None
+        self._no_event_set = False
+        """The driver gave no event set: not asked again until NVML is re-initialised."""
         self._driver: tuple[int, ...] = ()
         self._procs_call: tuple[str, Any] | None = None
         self._memory_v2 = True
@@ -234,6 +236,7 @@ class NvmlSource:
         if self._event_set is not None:
             self._quiet(nv.nvmlEventSetFree, self._event_set)
             self._event_set = None
+        self._no_event_set = False
         for dev in self._devices.values():
             dev.registered = False
 
@@ -483,10 +486,14 @@ class NvmlSource:
 
     def _register(self, dev: _Device) -> None:
         nv = self._lib()
-        if self._event_set is None:
+        if self._event_set is None and not self._no_event_set:
             self._event_set = self._safe(nv.nvmlEventSetCreate)
-            if self._event_set is None:
-                return
+            # No event set on this driver (not supported, or the symbol is missing): not asked
+            # again at every reading of every GPU; re-initialising NVML asks again.
+            self._no_event_set = self._event_set is None
+        if self._event_set is None:
+            dev.registered = True
+            return
         with contextlib.suppress(GpuLost, CallFailed):
             self._do(nv.nvmlDeviceRegisterEvents, dev.handle, _XID_EVENT, self._event_set)
         dev.registered = True  # also when not supported: do not ask at every reading

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nvmlfake.driver import Clock, FakeDriver
+from nvmlfake.driver import Clock, FakeDriver, load_profile
 
 from slurm_gpu.analysis.metrics import GpuMetrics, gpu_metrics
 from slurm_gpu.capture.aggregate import NodeAggregator
@@ -623,3 +623,34 @@ def test_a100_without_gpm_reads_everything_else(
         (s,) = src.sample(["GPU-a100a100-0000-0000-0000-000000000000"])
     assert s.available and s.sm_active_pct is None and s.utilization_pct == 87.0
     assert s.energy_mj == 9_000_000 and s.power_w == pytest.approx(512.345)
+
+
+def test_driver_without_event_sets_is_not_asked_for_one_at_every_reading(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    """A driver whose library has no ``nvmlEventSetCreate`` (events unsupported): the sampler
+    asked for an event set at every reading of every GPU; it asks once."""
+    profile = load_profile("r570_h100")
+    profile["absent"] = ["nvmlEventSetCreate"]
+    drv = FakeDriver(profile)
+    drv.install(pynvml)
+    monkeypatch.setattr(pynvml, "nvmlLib", drv.lib)
+    clock.attach(drv)
+    asked = []
+    real = pynvml.nvmlEventSetCreate
+
+    def counted() -> object:
+        asked.append(1)
+        return real()
+
+    monkeypatch.setattr(pynvml, "nvmlEventSetCreate", counted)
+    src = source(clock)
+    try:
+        for _ in range(5):
+            reading = src.sample([A, B])
+            assert [s.available for s in reading] == [True, True]
+            assert all(s.xid_events == () for s in reading)
+            clock.advance(1.0)
+    finally:
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    assert len(asked) == 1
