@@ -173,9 +173,15 @@ class RenderPool:
         assert proc.stdin is not None and proc.stdout is not None
         with self._cond:
             self._proc, self._failed, self._stopping = proc, False, False
+        # Daemon threads: a caller that never calls ``finish`` (a bug) must not keep the
+        # collector from exiting; its end closes the worker's input, which ends the worker.
         self._threads = [
-            threading.Thread(target=self._send, args=(proc.stdin,), name="report-worker-in"),
-            threading.Thread(target=self._receive, args=(proc,), name="report-worker-out"),
+            threading.Thread(
+                target=self._send, args=(proc.stdin,), name="report-worker-in", daemon=True
+            ),
+            threading.Thread(
+                target=self._receive, args=(proc,), name="report-worker-out", daemon=True
+            ),
         ]
         for t in self._threads:
             t.start()

@@ -81,7 +81,11 @@ def serve(stdin: IO[bytes], channel: _Channel) -> int:
     settings = pickle.load(stdin)
     if not isinstance(settings, Settings):
         raise TypeError(f"expected Settings first, got {type(settings).__name__}")
-    renderer = ReportPrerenderer(settings, store=None)
+    # The worker's own renderer starts no worker of its own.
+    alone = dataclasses.replace(
+        settings, collector=dataclasses.replace(settings.collector, report_worker=False)
+    )
+    renderer = ReportPrerenderer(alone, store=None)
     while True:
         try:
             unit, jobs = pickle.load(stdin)
