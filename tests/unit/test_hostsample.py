@@ -289,4 +289,3 @@ def test_proc_without_loadavg_lists_every_time(tmp_path: Path) -> None:
     for _ in range(3):
         assert sampler.sample().process_count == 1
     assert sampler.full_scans == 3
-
