@@ -352,6 +352,14 @@ class AnalysisSettings:
         min=0,
         max=100,
     )
+    busy_low_memory_util_pct: float = _opt(
+        20.0,
+        "Where SM activity is not reported, a busy GPU at low power is nearly empty only if "
+        "its memory controller was busy less than this share of the time (memory-bound "
+        "kernels also draw little power); not checked where memory utilization is unknown.",
+        min=0,
+        max=100,
+    )
     idle_phase_min_s: float = _opt(
         300.0,
         "A mid-job run of idle timeline buckets at least this long is an idle phase.",

@@ -254,6 +254,11 @@ class GpuSummary:
     and the job's cores busy on this node as percent of its allocated cores in 5 %-wide bins
     (0–20, 100 and above in the last). Only readings where both were known; empty in records
     sealed before it was counted, or when the allocated cores were unknown."""
+    memory_utilization_mean_pct: float | None = None
+    """Mean percent of time the memory controller was reading or writing device memory (NVML's
+    memory utilization, dcgm-exporter's ``DCGM_FI_DEV_MEM_COPY_UTIL``), over the readings
+    that had it: the memory-bandwidth side of a busy-but-nearly-empty GPU. ``None`` when never
+    reported, and in records sealed before it was counted."""
 
     def throttle_pct(self, observed_s: float | None) -> tuple[float | None, float | None]:
         """(power, thermal): throttled seconds over the seconds each was known, percent (at

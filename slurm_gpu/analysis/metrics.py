@@ -76,6 +76,9 @@ class GpuMetrics:
     energy_kwh: float | None
     sm_active_mean_pct: float | None
     tensor_active_mean_pct: float | None
+    memory_util_mean_pct: float | None
+    """Mean share of time the memory controller was busy (memory bandwidth), percent;
+    ``None`` where the source never reported it."""
     throttle_power_pct: float | None
     """Seconds the power policy held the clocks down over the seconds it was known to or not
     (``GpuSummary.throttle_power_known_s``; the observed span in records sealed before that
@@ -409,6 +412,7 @@ def gpu_metrics(
         energy_kwh=None if gpu.energy_j is None else gpu.energy_j / JOULES_PER_KWH,
         sm_active_mean_pct=gpu.sm_active_mean_pct,
         tensor_active_mean_pct=gpu.tensor_active_mean_pct,
+        memory_util_mean_pct=gpu.memory_utilization_mean_pct,
         throttle_power_pct=throttle_power,
         throttle_thermal_pct=throttle_thermal,
         nvlink_bytes=gpu.nvlink_bytes,

@@ -507,13 +507,23 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
     sm_mean = sum(sm) / len(sm) if sm else None
     power = [g.power_mean_of_limit_pct for g in used if g.power_mean_of_limit_pct is not None]
     power_mean = sum(power) / len(power) if power else None
+    mem_util = [g.memory_util_mean_pct for g in used if g.memory_util_mean_pct is not None]
+    mem_util_mean = sum(mem_util) / len(mem_util) if mem_util else None
     busy = duty >= s.low_duty_pct
     # Busy but nearly empty: SM activity where the GPU reports it; otherwise (no DCGM/GPM
-    # profiling) power drawn against the limit is the proxy, and the evidence says which.
+    # profiling) power drawn against the limit is the proxy, with memory bandwidth where the
+    # source reports it (a memory-bound kernel draws little power too, but keeps the memory
+    # controller busy); the evidence holds the signals that decided (a value of None: the
+    # source does not report it).
     if sm_mean is not None:
         tiny_kernels = busy and sm_mean < s.low_sm_active_pct
     else:
-        tiny_kernels = busy and power_mean is not None and power_mean < s.busy_low_power_pct
+        tiny_kernels = (
+            busy
+            and power_mean is not None
+            and power_mean < s.busy_low_power_pct
+            and (mem_util_mean is None or mem_util_mean < s.busy_low_memory_util_pct)
+        )
     if not (steady_low or tiny_kernels):
         return []
     if not m.source.host_series and (m.cpu_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
@@ -525,6 +535,8 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         "low_sm_active_pct": s.low_sm_active_pct,
         "power_mean_of_limit_pct": _r(power_mean),
         "busy_low_power_pct": s.busy_low_power_pct,
+        "memory_util_mean_pct": _r(mem_util_mean),
+        "busy_low_memory_util_pct": s.busy_low_memory_util_pct,
         "busy_nearly_empty": int(tiny_kernels),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "gpus_used": m.gpus_used,

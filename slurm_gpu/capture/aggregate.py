@@ -179,7 +179,7 @@ _GPU_SCALARS = (
     "process_seen",
     "max_processes",
 )
-_GPU_MEANS = ("mem", "power", "clock", "pcie_tx", "pcie_rx", "sm", "tensor")
+_GPU_MEANS = ("mem", "power", "clock", "pcie_tx", "pcie_rx", "sm", "tensor", "mem_util")
 _GPU_LISTS = ("xids", "pids")
 
 
@@ -229,6 +229,7 @@ class GpuAccumulator:
         self.pcie_rx = _Mean()
         self.sm = _Mean()
         self.tensor = _Mean()
+        self.mem_util = _Mean()
 
     def add(self, s: GpuSample, dt_s: float) -> bool | None:
         """Fold one reading that stands for ``dt_s`` seconds; returns whether it was idle
@@ -304,6 +305,7 @@ class GpuAccumulator:
                     self.pids.append(p.pid)
         self.sm.add(s.sm_active_pct)
         self.tensor.add(s.tensor_active_pct)
+        self.mem_util.add(s.memory_utilization_pct)
         return idle
 
     def add_stall(self, duty_pct: float, cpu_busy_pct: float) -> None:
@@ -364,6 +366,7 @@ class GpuAccumulator:
             pids=tuple(self.pids),
             sm_active_mean_pct=self.sm.mean,
             tensor_active_mean_pct=self.tensor.mean,
+            memory_utilization_mean_pct=self.mem_util.mean,
             process_list_unread=self.process_list_unread,
             stall_grid=tuple(self.stall_grid) if self.stall_grid is not None else (),
         )
@@ -390,7 +393,11 @@ class GpuAccumulator:
             setattr(out, name, [int(v) for v in data[name]])
         for name in _GPU_MEANS:
             mean = _Mean()
-            mean.sum, mean.n = float(data[name][0]), int(data[name][1])
+            saved = data.get(name)
+            # A checkpoint of an older release lacks the means added since: they start empty
+            # and cover the readings after the upgrade.
+            if saved is not None:
+                mean.sum, mean.n = float(saved[0]), int(saved[1])
             setattr(out, name, mean)
         out.utilization = DistAccumulator.from_state(data["utilization"])
         out.sub_samples = DistAccumulator.from_state(data["sub_samples"])

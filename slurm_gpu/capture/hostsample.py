@@ -171,14 +171,21 @@ def parse_blkio_v1(text: str) -> tuple[int, int]:
     return read, write
 
 
-def find_cgroup2_dir(cgroup_root: str, job_id: str) -> str | None:
-    """The job's cgroup v2 directory, or ``None`` (also when the root is cgroup v1)."""
+def find_cgroup2_dir(cgroup_root: str, job_id: str, sluid: str | None = None) -> str | None:
+    """The job's cgroup v2 directory, or ``None`` (also when the root is cgroup v1).
+
+    Slurm names it ``job_<id>``, and from 26.05 by the job's SLUID alone (``sBR1JB8J1YM400``)
+    unless cgroup.conf sets ``CgroupJobIdPaths=yes``; ``sluid`` (already checked to have a
+    SLUID's form) is looked for too."""
     if not os.path.exists(os.path.join(cgroup_root, "cgroup.controllers")):
         return None
-    candidates = [os.path.join(cgroup_root, "system.slice", "slurmstepd.scope", f"job_{job_id}")]
+    names = [f"job_{job_id}"] + ([sluid] if sluid else [])
+    scope = os.path.join(cgroup_root, "system.slice", "slurmstepd.scope")
+    candidates = [os.path.join(scope, name) for name in names]
     # Sites running several slurmd per host, or a non-systemd slurmd, use other parents.
-    candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", "*", f"job_{job_id}")))
-    candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", f"job_{job_id}")))
+    for name in names:
+        candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", "*", name)))
+        candidates += sorted(glob.glob(os.path.join(cgroup_root, "*", name)))
     for path in candidates:
         if os.path.isdir(path) and _trusted_dir(path):
             return path
@@ -801,9 +808,11 @@ class AutoHostSampler:
         cgroup_root: str = "/sys/fs/cgroup",
         proc_root: str = "/proc",
         methods: tuple[str, ...] = ("cgroup2", "cgroup1", "proc"),
+        sluid: str | None = None,
     ) -> None:
         self.job_id = job_id
         self.uid = uid
+        self.sluid = sluid
         self.cgroup_root = cgroup_root
         self.methods = methods
         self._proc: ProcHostSampler | None = (
@@ -822,7 +831,7 @@ class AutoHostSampler:
 
     def _probe_cgroups(self) -> Cgroup2HostSampler | Cgroup1HostSampler | None:
         if "cgroup2" in self.methods:
-            found2 = find_cgroup2_dir(self.cgroup_root, self.job_id)
+            found2 = find_cgroup2_dir(self.cgroup_root, self.job_id, self.sluid)
             if found2 is not None:
                 return Cgroup2HostSampler(found2)
         if "cgroup1" in self.methods:

@@ -58,6 +58,9 @@ LABELS: dict[str, frozenset[int | str]] = {
     "busy-empty": frozenset({1}),
     "whole-node": frozenset(),
     "node-fail": frozenset({"site"}),
+    # Busy at low power like busy-empty, but streaming memory (bandwidth-bound kernels): a
+    # larger batch would not help, so nothing is expected.
+    "memory-bound": frozenset(),
 }
 
 #: ... and the causes that are also true of how the pattern is generated, so reporting them is
@@ -89,6 +92,7 @@ EXPECTED_CODE: dict[str, tuple[str, ...]] = {
     "busy-empty": ("LOW_PARALLELISM",),
     "whole-node": (),
     "node-fail": ("NODE_FAILED",),
+    "memory-bound": (),
 }
 
 PATTERNS: tuple[str, ...] = tuple(LABELS)
@@ -122,6 +126,9 @@ class _Gpu:
     """Power drawn as a share of the limit whatever the duty cycle (a busy GPU running tiny
     kernels); ``None``: it follows the duty cycle."""
     sm_frac: float = 0.8
+    mem_bw_frac: float | None = 0.45
+    """Share of a kernel's time the memory controller is busy (NVML's memory utilization is
+    the duty cycle times this); ``None``: the source does not report it."""
     tensor_pct: float = 40.0
     throttle_share: float = 0.0
     throttle_bits: int = THROTTLE_SW_POWER_CAP
@@ -483,11 +490,38 @@ def _busy_empty(p: _Plan) -> None:
     p.cpu_frac = _const(rng.uniform(0.3, 0.6))
     frac = rng.uniform(0.2, 0.32)
 
+    # Memory bandwidth as the site's source gives it: little traffic, or not reported (the
+    # power proxy alone then).
+    mem_bw = rng.uniform(0.03, 0.12) if rng.random() < 0.5 else None
+
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
         gpu.duty = _steady(rng, 93, 99)
         gpu.power_frac = frac
         gpu.memory_frac = rng.uniform(0.3, 0.7)
+        gpu.mem_bw_frac = mem_bw
+        return gpu
+
+    _fill(p, make)
+
+
+def _memory_bound(p: _Plan) -> None:
+    """Busy at about a quarter of the power limit like ``busy-empty``, but the memory
+    controller is busy most of the time: bandwidth-bound kernels (a stencil, an embedding
+    lookup), not an empty GPU. No SM-activity metric, so memory bandwidth must tell them
+    apart."""
+    rng = p.rng
+    p.gpm = False
+    p.cpu_frac = _const(rng.uniform(0.3, 0.6))
+    frac = rng.uniform(0.2, 0.32)
+    mem_bw = rng.uniform(0.55, 0.85)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.duty = _steady(rng, 93, 99)
+        gpu.power_frac = frac
+        gpu.memory_frac = rng.uniform(0.45, 0.8)
+        gpu.mem_bw_frac = mem_bw
         return gpu
 
     _fill(p, make)
@@ -530,6 +564,7 @@ _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "task-farm-failed": _task_farm_failed,
     "ranks-one-gpu": _ranks_one_gpu,
     "busy-empty": _busy_empty,
+    "memory-bound": _memory_bound,
     "whole-node": _whole_node,
     "node-fail": _node_fail,
 }
@@ -616,6 +651,9 @@ def _node_record(
                     )
                     if proc
                     else (),
+                    memory_utilization_pct=None
+                    if gpu.mem_bw_frac is None
+                    else round(busy * gpu.mem_bw_frac * 100, 1),
                     sm_active_pct=round(busy * gpu.sm_frac * 100, 1) if p.gpm else None,
                     tensor_active_pct=round(busy * gpu.tensor_pct, 1) if p.gpm else None,
                 )

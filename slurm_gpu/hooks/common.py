@@ -83,6 +83,9 @@ class JobEnv:
     """``SLURM_JOB_ACCOUNT``: the job's account (live view labels)."""
     partition: str | None = None
     """``SLURM_JOB_PARTITION``: the job's partition (live view labels)."""
+    sluid: str | None = None
+    """``SLURM_JOB_SLUID`` (Slurm 25.11+): the job's unique id, which names its cgroup v2
+    directory on 26.05+ unless ``CgroupJobIdPaths=yes``; only when it has a SLUID's form."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
@@ -104,6 +107,7 @@ class JobEnv:
             node_name=environ.get("SLURMD_NODENAME") or None,
             account=environ.get("SLURM_JOB_ACCOUNT") or None,
             partition=environ.get("SLURM_JOB_PARTITION") or None,
+            sluid=check_sluid(environ.get("SLURM_JOB_SLUID")),
         )
 
     def spool_hostname(self) -> str:
@@ -112,6 +116,16 @@ class JobEnv:
         if name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and ".." not in name:
             return name
         return short_hostname()
+
+
+_SLUID = re.compile(r"^s[0-9A-Z]{13}$")
+
+
+def check_sluid(text: str | None) -> str | None:
+    """``text`` when it has the form of a Slurm SLUID (``s`` and 13 Crockford base-32 digits,
+    e.g. ``sBR1JB8J1YM400``), else ``None``: it becomes a directory name the sampler looks up,
+    so nothing else (a path, a pattern) may pass."""
+    return text if text is not None and _SLUID.fullmatch(text) else None
 
 
 def short_hostname() -> str:

@@ -102,6 +102,8 @@ def sampler_command(
     cmd += ["--gpus", ",".join(uuids), "--hostname", hostname]
     if env.uid is not None:
         cmd += ["--uid", str(env.uid)]
+    if env.sluid is not None:
+        cmd += ["--sluid", env.sluid]
     if env.cpus_on_node:
         cmd += ["--cores", str(env.cpus_on_node)]
     # One argument each ("--opt=value"), so a value that begins with "-" stays a value.

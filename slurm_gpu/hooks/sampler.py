@@ -36,6 +36,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--job-id", required=True)
     p.add_argument("--gpus", required=True, help="comma-separated GPU UUIDs")
     p.add_argument("--uid", type=int, default=None)
+    p.add_argument("--sluid", default=None, help="the job's SLUID (its cgroup v2 name on 26.05+)")
     p.add_argument("--cores", type=int, default=None, help="cores allocated on this node")
     p.add_argument("--config", default=None, help="configuration file")
     p.add_argument("--user", default=None, help="the job's user name (live view)")
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from slurm_gpu.capture.hostsample import AutoHostSampler
     from slurm_gpu.capture.spool import check_job_id
     from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
-    from slurm_gpu.hooks.common import setup_logging
+    from slurm_gpu.hooks.common import check_sluid, setup_logging
     from slurm_gpu.textsafe import clean_optional
 
     job_id = check_job_id(str(args.job_id))
@@ -89,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return open_source(settings)
 
     t0 = time.monotonic()
-    sampler = Sampler(opts, factory, AutoHostSampler(job_id, args.uid))
+    host = AutoHostSampler(job_id, args.uid, sluid=check_sluid(args.sluid))
+    sampler = Sampler(opts, factory, host)
     try:
         sampler.paths.create_dir()
         write_pidfile(sampler.paths.pid, os.getpid())

@@ -44,6 +44,9 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_mj", 1.0),
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    # Memory utilization as NVML gives it (on in dcgm-exporter's default counters); the
+    # profiling DRAM_ACTIVE below is preferred where both are scraped.
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("memory_copy_util", 1.0),
     "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
     "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_pct", 100.0),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_pct", 100.0),
@@ -84,6 +87,7 @@ class DcgmExporterSource(PrometheusSource):
         series, _ = read_window(self.client, self.selector(job), job, self.options)
         nodes: dict[str, NodeSeries] = {}
         free: dict[tuple[str, float, str], float] = {}
+        copy_util: dict[tuple[str, float, str], float] = {}
         wanted = set(job.nodelist)
         for s in series:
             name = s.labels.get("__name__", "")
@@ -104,10 +108,17 @@ class DcgmExporterSource(PrometheusSource):
                 if attr == "memory_free":
                     free[(host, t, uuid)] = v * factor
                     continue
+                if attr == "memory_copy_util":
+                    copy_util[(host, t, uuid)] = v * factor
+                    continue
                 value: float | int = v * factor
                 if attr in _INT_FIELDS:
                     value = int(value)
                 setattr(node.gpu(t, uuid), attr, value)
+        for (host, t, uuid), copy in copy_util.items():
+            reading: GpuReading = nodes[host].gpu(t, uuid)
+            if reading.memory_utilization_pct is None:
+                reading.memory_utilization_pct = copy
         for (host, t, uuid), free_b in free.items():
             r: GpuReading = nodes[host].gpu(t, uuid)
             if r.memory_used_bytes is not None:

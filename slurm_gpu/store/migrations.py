@@ -114,6 +114,13 @@ def _m8_record_inbox(conn: Connection) -> None:
     create_inbox(conn)
 
 
+def _m9_memory_utilization(conn: Connection) -> None:
+    # As migration 4: migration 1 creates job_gpus as declared now, so add it only where an
+    # older store lacks it (a nullable column: an instant change on SQLite and PostgreSQL).
+    if "memory_util_mean_pct" not in {c["name"] for c in inspect(conn).get_columns("job_gpus")}:
+        conn.execute(text("ALTER TABLE job_gpus ADD COLUMN memory_util_mean_pct FLOAT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -141,6 +148,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         8,
         "PostgreSQL: record inbox for nodes without a shared filesystem (insert-only role)",
         _m8_record_inbox,
+    ),
+    Migration(
+        9,
+        "add job_gpus.memory_util_mean_pct (memory bandwidth: busy-but-nearly-empty GPUs)",
+        _m9_memory_utilization,
     ),
 )
 

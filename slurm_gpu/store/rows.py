@@ -147,6 +147,7 @@ def gpu_from(r: Any) -> GpuSummary:
         tensor_active_mean_pct=r.tensor_active_mean_pct,
         process_list_unread=getattr(r, "process_list_unread", None),
         stall_grid=grid_from(getattr(r, "stall_grid", None)),
+        memory_utilization_mean_pct=getattr(r, "memory_util_mean_pct", None),
     )
 
 

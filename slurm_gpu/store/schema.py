@@ -217,6 +217,8 @@ job_gpus = Table(
     # counted, sealed before), and the (duty, cores busy) grid as sparse "index:count" pairs.
     Column("process_list_unread", Integer),
     Column("stall_grid", Text),
+    # Since schema version 9: mean memory-controller utilization, percent (NULL: not reported).
+    Column("memory_util_mean_pct", Float),
 )
 Index("ix_job_gpus_uuid", job_gpus.c.uuid)
 

@@ -308,6 +308,7 @@ def _gpu_row(job_id: str, host: str, position: int, g: GpuSummary) -> dict[str, 
         "tensor_active_mean_pct": g.tensor_active_mean_pct,
         "process_list_unread": g.process_list_unread,
         "stall_grid": rows.grid_text(g.stall_grid),
+        "memory_util_mean_pct": g.memory_utilization_mean_pct,
     }
 
 

@@ -346,13 +346,20 @@ class VirtualGpuSource:
             util = (busy - g.busy_s) / span * 100.0
             sm_pct = (sm_s - g.sm_active_s) / span * 100.0
             tensor_pct = (tensor_s - g.tensor_active_s) / span * 100.0
+            # The memory controller's share of the time: 10 % of the duty plus 40 % of the SM
+            # activity (42 % of the duty at the default 0.8), so that kernels keeping few SMs
+            # busy also move little memory, as on a real board.
+            mem_util = _MEM_UTIL_OF_DUTY * util + _MEM_UTIL_OF_SM * sm_pct
         elif seen:
             util, sm_pct, tensor_pct = 0.0, 0.0, 0.0
+            mem_util = 0.0
         else:
             # First reading: like NVML, report the most recent driver sample period.
             util = float(ring[-1][1]) if fresh and ring else 0.0
             sm_pct, tensor_pct = None, None
+            mem_util = (_MEM_UTIL_OF_DUTY + _MEM_UTIL_OF_SM * 0.8) * util  # the default SM share
         util = 100.0 if util > 100.0 else 0.0 if util < 0.0 else util
+        mem_util = 100.0 if mem_util > 100.0 else 0.0 if mem_util < 0.0 else mem_util
         if sm_pct is not None:
             sm_pct = 100.0 if sm_pct > 100.0 else 0.0 if sm_pct < 0.0 else sm_pct
         if tensor_pct is not None:
@@ -409,7 +416,7 @@ class VirtualGpuSource:
             True,  # available
             int(util * 1000.0 + 0.5) / 1000.0,  # utilization_pct
             new_samples,  # utilization_samples_pct
-            int(util * 400.0 + 0.5) / 1000.0,  # memory_utilization_pct (40 % of the duty)
+            int(mem_util * 1000.0 + 0.5) / 1000.0,  # memory_utilization_pct
             mem_used if mem_used < total else total,  # memory_used_bytes
             total,  # memory_total_bytes
             int(power * 100.0 + 0.5) / 100.0,  # power_w
@@ -433,6 +440,10 @@ class VirtualGpuSource:
             None,  # violation_thermal_ns
         )
 
+
+#: Memory utilization of a virtual GPU, per percent of duty cycle and of SM activity.
+_MEM_UTIL_OF_DUTY = 0.1
+_MEM_UTIL_OF_SM = 0.4
 
 #: Length of a version 2 state array: the version, then STATE_FIELDS.
 _STATE_LEN = len(STATE_FIELDS) + 1

@@ -258,8 +258,11 @@ def test_ranks_sharing_one_gpu_get_binding_advice(diagnosed: dict[str, Diagnosed
     assert "request only" not in text
 
 
-def test_busy_but_nearly_empty_says_power_is_the_proxy(diagnosed: dict[str, Diagnosed]) -> None:
-    """Issue 11, point 6: 97 % duty at a quarter of the power limit, no SM activity metric."""
+def test_busy_but_nearly_empty_says_power_and_memory_bandwidth_are_the_proxies(
+    diagnosed: dict[str, Diagnosed],
+) -> None:
+    """Issue 11, point 6: 97 % duty at a quarter of the power limit and little memory traffic,
+    no SM activity metric."""
     d = diagnosed["busy-empty"]
     low = d.findings.get("LOW_PARALLELISM")
     assert low is not None, d.findings
@@ -267,8 +270,10 @@ def test_busy_but_nearly_empty_says_power_is_the_proxy(diagnosed: dict[str, Diag
     settings = load_settings(str(slurmtools.slurm_gpu_config_path())).analysis
     assert low["duty_mean_pct"] >= settings.low_duty_pct, low
     assert low["power_mean_of_limit_pct"] < settings.busy_low_power_pct, low
+    assert low["memory_util_mean_pct"] < settings.busy_low_memory_util_pct, low
     text = _all_text(d)
-    assert "busy but nearly empty" in text and "power is the proxy" in text, text
+    assert "busy but nearly empty" in text, text
+    assert "power and memory bandwidth are the proxies" in text, text
 
 
 @pytest.mark.parametrize("name", ["excl", "excl-whole"])

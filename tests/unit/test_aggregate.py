@@ -286,3 +286,32 @@ def test_record_notes_deduplicated_and_gpus_in_order() -> None:
     assert [g.info.uuid for g in rec.gpus] == ["GPU-0", "GPU-1"]
     assert rec.host is None
     assert isinstance(rec.gpus[0].utilization, Distribution)
+
+
+def test_memory_utilization_is_the_mean_of_the_readings_that_had_it() -> None:
+    agg = make(1)
+    for i, mem_util in enumerate((10.0, None, 30.0)):
+        t = 1010.0 + 10 * i
+        sample = GpuSample(
+            uuid="GPU-0", time_s=t, utilization_pct=90.0, memory_utilization_pct=mem_util
+        )
+        agg.add(t, [sample], host(t, float(i)))
+    (gpu,) = agg.record(ended_s=1040.0, complete=True).gpus
+    assert gpu.memory_utilization_mean_pct == 20.0
+
+
+def test_a_checkpoint_without_memory_utilization_restores_and_counts_from_then() -> None:
+    """A sampler restarted after an upgrade resumes from a checkpoint written before memory
+    utilization was counted: the mean covers the readings after the upgrade."""
+    agg = make(1)
+    agg.add(1010.0, [GpuSample(uuid="GPU-0", time_s=1010.0, utilization_pct=90.0)], None)
+    state = json.loads(json.dumps(agg.state()))
+    for gpu_state in state["gpus"]:
+        del gpu_state["mem_util"]
+    restored = NodeAggregator.from_state(state)
+    sample = GpuSample(
+        uuid="GPU-0", time_s=1020.0, utilization_pct=90.0, memory_utilization_pct=8.0
+    )
+    restored.add(1020.0, [sample], None)
+    (gpu,) = restored.record(ended_s=1030.0, complete=True).gpus
+    assert gpu.memory_utilization_mean_pct == 8.0

@@ -201,6 +201,35 @@ def test_busy_gpu_at_full_power_is_not_nearly_empty() -> None:
     assert finding(analyze(job(), [node([g])], S), Code.LOW_PARALLELISM) is None
 
 
+def test_busy_gpu_at_low_power_and_7_pct_memory_bandwidth_is_nearly_empty_by_both_proxies() -> None:
+    # The real case: 99 % duty at 109 W of 400 W and 7 % memory bandwidth, no SM activity.
+    g = gpu(duty=99.0, power_mean_w=109.0, sm_active_mean_pct=None, memory_utilization_mean_pct=7.0)
+    a = analyze(job(), [node([g])], S)
+    f = finding(a, Code.LOW_PARALLELISM)
+    assert f is not None and f.evidence["busy_nearly_empty"] == 1
+    assert f.evidence["memory_util_mean_pct"] == 7.0
+    assert f.evidence["busy_low_memory_util_pct"] == S.busy_low_memory_util_pct
+    text = text_of(a, Code.LOW_PARALLELISM)
+    assert "memory bandwidth in use 7 % of the time" in text, text
+    assert "power and memory bandwidth are the proxies" in text, text
+
+
+def test_memory_bound_kernels_at_low_power_are_not_nearly_empty() -> None:
+    # Low power alone would call it empty; the memory controller busy 65 % of the time says
+    # the kernels stream memory (bandwidth-bound), which a larger batch does not fix.
+    g = gpu(
+        duty=99.0, power_mean_w=109.0, sm_active_mean_pct=None, memory_utilization_mean_pct=65.0
+    )
+    assert finding(analyze(job(), [node([g])], S), Code.LOW_PARALLELISM) is None
+
+
+def test_busy_empty_without_memory_utilization_says_power_alone_is_the_proxy() -> None:
+    g = gpu(duty=99.0, power_mean_w=109.0, sm_active_mean_pct=None)
+    a = analyze(job(), [node([g])], S)
+    assert finding(a, Code.LOW_PARALLELISM).evidence["memory_util_mean_pct"] is None  # type: ignore[union-attr]
+    assert "power is the proxy here" in text_of(a, Code.LOW_PARALLELISM)
+
+
 # --------------------------------------------------------------------------- item 1
 
 

@@ -290,3 +290,36 @@ def test_proc_without_loadavg_lists_every_time(tmp_path: Path) -> None:
         assert sampler.sample().process_count == 1
     assert sampler.full_scans == 3
 
+
+# --------------------------------------------------------------------------- Slurm 26.05 SLUIDs
+
+SLUID = "sBR1JB8J1YM400"  # the form Slurm's own sluid2str test prints
+
+
+def test_cgroup2_directory_named_by_the_sluid_on_slurm_26_05(tmp_path: Path) -> None:
+    """Slurm 26.05 names a job's cgroup v2 directory by its SLUID unless cgroup.conf sets
+    CgroupJobIdPaths=yes: looking for job_<id> alone read /proc for every job there."""
+    job_dir = cgroup2_tree(tmp_path)
+    job_dir.rename(job_dir.with_name(SLUID))
+    assert not isinstance(
+        open_host_sampler("42", 1000, cgroup_root=str(tmp_path)), Cgroup2HostSampler
+    )
+    auto = AutoHostSampler("42", 1000, cgroup_root=str(tmp_path), sluid=SLUID)
+    reading = auto.sample(5.0)
+    assert reading.method == "cgroup2" and reading.cpu_time_s == 2.5
+
+
+def test_the_prolog_hands_only_a_well_formed_sluid_to_the_sampler() -> None:
+    from slurm_gpu.config import Settings
+    from slurm_gpu.hooks.common import JobEnv
+    from slurm_gpu.hooks.prolog import sampler_command
+    from slurm_gpu.hooks.sampler import parse_args
+
+    def sluid_of(value: str) -> str | None:
+        env = JobEnv.from_environ({"SLURM_JOB_ID": "5", "SLURM_JOB_SLUID": value})
+        cmd = sampler_command(Settings(), env, ["GPU-a"], "n1")
+        return parse_args(cmd[cmd.index("slurm_gpu.hooks.sampler") + 1 :]).sluid  # type: ignore[no-any-return]
+
+    assert sluid_of(SLUID) == SLUID
+    for bad in ("../../etc", "job_5", "s*", SLUID + "0", "sbr1jb8j1ym400", ""):
+        assert sluid_of(bad) is None, bad
