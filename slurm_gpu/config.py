@@ -218,6 +218,12 @@ class CollectorSettings:
         "sacctmgr executable for admin_comment; empty: the sacctmgr next to an absolute "
         "accounting.sacct_path, else sacctmgr on PATH.",
     )
+    report_worker: bool = _opt(
+        True,
+        "Render the stored jobs' gpueff reports (gpueff.cache_reports, SQLite store) in a "
+        "second process while the collector stores the next jobs (from a batch of 64 jobs or "
+        "more on); false: in the collector's process.",
+    )
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,9 @@ class CommentPublisher(Protocol):
 
 class ReportPublisher(Protocol):
     """Renders stored jobs' ``gpueff`` reports into the store
-    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written. Work it
-    leaves running (the owners' report files) is done when ``flush`` returns."""
+    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written or
+    handed to its report worker. Work it leaves running (the worker's reports, the owners'
+    report files) is done when ``flush`` returns."""
 
     def publish(self, jobs: Sequence[JobRecord]) -> int: ...
 

@@ -167,6 +167,8 @@ class PullCollector:
                 )
             return acc.report()
         finally:
+            if self.reports is not None:
+                self.reports.flush()  # the pass ends when its reports are stored and written
             os.close(state)
 
     # ----------------------------------------------------------------- the pass

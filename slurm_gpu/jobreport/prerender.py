@@ -29,6 +29,7 @@ from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.jobreport import adapter, jsonout, output, service
 from slurm_gpu.jobreport.readers import TIMELINES, StoreAndSpoolReader
+from slurm_gpu.jobreport.renderpool import RenderPool
 from slurm_gpu.jobreport.reportcache import render_key
 from slurm_gpu.jobreport.reportfiles import reports_root
 from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
@@ -57,6 +58,7 @@ class ReportPrerenderer:
         *,
         clock: Callable[[], float] = time.time,
         files: ReportFileWriter | None = None,
+        pool: RenderPool | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -70,6 +72,18 @@ class ReportPrerenderer:
         self._colour: TerminalRenderer | None = None
         self._wording: adapter.Wording | None = None
         self._writing: threading.Thread | None = None
+        # The report worker (``[collector] report_worker``): SQLite stores only, where the
+        # worker reads the store as gpueff does; a PostgreSQL store's reports are rendered here,
+        # and so are those of a prerenderer given its own file writer (tests): the worker has
+        # the default one.
+        self._pool = pool
+        if pool is None and files is None and self.path and settings.collector.report_worker:
+            self._pool = RenderPool(settings)
+
+    @property
+    def files(self) -> ReportFileWriter:
+        """The writer of the owners' report files."""
+        return self._files
 
     @property
     def enabled(self) -> bool:
@@ -77,12 +91,24 @@ class ReportPrerenderer:
         return self._settings.gpueff.cache_reports
 
     def publish(self, jobs: Iterable[JobRecord]) -> int:
-        """Render and store the reports of these just-stored jobs; returns how many were
-        written. Never raises: the jobs are stored whatever happens here."""
+        """Render and store the reports of these just-stored jobs, or hand them to the report
+        worker (``renderpool``: a batch of ``MIN_WORKER_JOBS`` or more, or any batch once the
+        worker runs in this pass); returns how many were written or handed over. Never raises:
+        the jobs are stored whatever happens here."""
         if not self.enabled:
             return 0
         try:
-            return self._render_and_write(list(jobs))
+            self._store_done()
+            todo = eligible(jobs)
+            pool = self._pool
+            if (
+                pool is not None
+                and todo
+                and (pool.running or len(todo) >= MIN_WORKER_JOBS)
+                and pool.submit(todo)
+            ):
+                return len(todo)
+            return self._render_and_write(todo)
         except Exception:  # a rendering or store problem must not end the collector's pass
             log.exception("rendering gpueff reports failed; gpueff will render them itself")
             return 0
@@ -104,13 +130,17 @@ class ReportPrerenderer:
         self.flush()
         return (len(ids), written)
 
-    def _render_and_write(self, jobs: Sequence[JobRecord]) -> int:
-        eligible = [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
-        if not eligible:
-            return 0
-        now = self._clock()
+    def render(self, jobs: Sequence[JobRecord]) -> tuple[list[CachedReport], list[ReportFile]]:
+        """The reports of these stored jobs for the store and the owners' files, rendered
+        from the store as ``gpueff`` reads it (settled jobs of users other than root; a job
+        that cannot be rendered is logged and left out). Also run by the report worker
+        (``renderworker``), which has no store of its own: SQLite stores only there."""
+        todo = eligible(jobs)
         out: list[CachedReport] = []
         files: list[ReportFile] = []
+        if not todo:
+            return out, files
+        now = self._clock()
         # The store as gpueff reads it, after the commit: on SQLite the standard-library
         # reader, asked once for the whole batch (one set of queries and one snapshot instead of
         # one per job); on PostgreSQL the store itself.
@@ -118,8 +148,8 @@ class ReportPrerenderer:
             SqliteReader.open(self.path) if self.path is not None else nullcontext(self._store)
         )
         with reading as sq:
-            batch = _BatchReader(sq, [j.job_id_display for j in eligible]) if self.path else sq
-            for job in eligible:
+            batch = _BatchReader(sq, [j.job_id_display for j in todo]) if self.path else sq
+            for job in todo:
                 try:
                     rendered = self._render(batch, job, now)
                 except (SlurmGpuError, service.AccountingNeeded, OSError, ValueError) as exc:
@@ -141,6 +171,12 @@ class ReportPrerenderer:
                             telemetry=telemetry,
                         )
                     )
+        return out, files
+
+    def _render_and_write(self, jobs: Sequence[JobRecord]) -> int:
+        out, files = self.render(jobs)
+        if not out:
+            return 0
         self._store.write_reports(out)
         # After the commit, as the store's rows: the owner's copy, readable by the owner alone.
         # A PostgreSQL store needs none: its row-level security shows users their own rows.
@@ -149,8 +185,8 @@ class ReportPrerenderer:
         # Written by a thread while the collector goes on with its next batch: the writing is
         # mostly system calls (creating, writing and renaming files, one syncfs), which run
         # without the interpreter lock, so on a machine with two cores they overlap the
-        # collector's own work. One batch at a time, in order; ``flush`` waits for it.
-        self.flush()
+        # collector's own work. One batch at a time, in order; ``_join_files`` waits for it.
+        self._join_files()
         self._writing = threading.Thread(
             target=self._write_files, args=(files,), name="report-files", daemon=False
         )
@@ -164,8 +200,40 @@ class ReportPrerenderer:
             log.exception("writing report files failed; gpueff falls back to the store")
 
     def flush(self) -> None:
-        """Wait until the report files of the last batch are written (the collector calls it
-        at the end of each pass; ``refresh`` before it returns). Never raises."""
+        """Wait until every report handed over is stored and its file written, rendering here
+        the units the report worker has not started (the collector calls it at the end of
+        each pass; ``refresh`` before it returns), and stop the worker. Never raises."""
+        if self._pool is not None:
+            try:
+                self._pool.finish(self._render_here)
+            except Exception:  # must not end the pass: the jobs are stored
+                log.exception("the report worker's reports were not all rendered")
+            self._store_done()
+        self._join_files()
+
+    def _render_here(self, jobs: list[JobRecord]) -> None:
+        """A unit the worker did not render, rendered in this process at the end of a pass."""
+        try:
+            self._render_and_write(jobs)
+        except Exception:  # as in ``publish``: logged, and the next unit goes on
+            log.exception("rendering gpueff reports failed; gpueff will render them itself")
+        self._store_done()
+
+    def _store_done(self) -> None:
+        """Store the reports the worker has rendered (the collector is the store's only
+        writer: short transactions, none held while rendering)."""
+        if self._pool is None:
+            return
+        done = self._pool.take_done()
+        if not done:
+            return
+        try:
+            self._store.write_reports(done)
+        except Exception:  # the files are written; gpueff renders from the store otherwise
+            log.exception("%d rendered report(s) not stored; gpueff renders them", len(done))
+
+    def _join_files(self) -> None:
+        """Wait until the report files of the last batch rendered here are written."""
         writing, self._writing = self._writing, None
         if writing is not None:
             writing.join()
@@ -209,6 +277,16 @@ class ReportPrerenderer:
         tel = reader.final(job)
         telemetry = None if tel is None else as_dict(tel)
         return cached, jsonout.job_json(found.groups[0][1][0]), telemetry
+
+
+#: The smallest batch for which the report worker is started: smaller passes (the collector's
+#: usual few jobs) render here rather than pay a process start (about 0.3 s of CPU).
+MIN_WORKER_JOBS = 64
+
+
+def eligible(jobs: Iterable[JobRecord]) -> list[JobRecord]:
+    """The jobs that get a stored report: settled jobs of users other than root."""
+    return [j for j in jobs if j.uid is not None and j.uid != 0 and is_settled(j)]
 
 
 def as_dict(obj: Any) -> Any:
