@@ -482,27 +482,38 @@ def _ranks_one_gpu(p: _Plan) -> None:
     _fill(p, make)
 
 
-def _busy_empty(p: _Plan) -> None:
-    """Busy, but nearly empty: the GPU always has a kernel running (99 % duty) yet draws a
-    quarter of its power limit; no SM-activity metric (no DCGM profiling)."""
+def _busy_low_power(
+    p: _Plan,
+    mem_bw_of: Callable[[random.Random], float | None],
+    memory_frac: tuple[float, float],
+) -> None:
+    """A kernel nearly always running (93-99 % duty) at a fifth to a third of the power limit,
+    no SM-activity metric (no DCGM profiling); ``mem_bw_of`` draws the memory controller's
+    share of the kernels' time (``None``: not reported)."""
     rng = p.rng
     p.gpm = False
     p.cpu_frac = _const(rng.uniform(0.3, 0.6))
     frac = rng.uniform(0.2, 0.32)
-
-    # Memory bandwidth as the site's source gives it: little traffic, or not reported (the
-    # power proxy alone then).
-    mem_bw = rng.uniform(0.03, 0.12) if rng.random() < 0.5 else None
+    mem_bw = mem_bw_of(rng)
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
         gpu.duty = _steady(rng, 93, 99)
         gpu.power_frac = frac
-        gpu.memory_frac = rng.uniform(0.3, 0.7)
+        gpu.memory_frac = rng.uniform(*memory_frac)
         gpu.mem_bw_frac = mem_bw
         return gpu
 
     _fill(p, make)
+
+
+def _busy_empty(p: _Plan) -> None:
+    """Busy, but nearly empty: the GPU always has a kernel running (99 % duty) yet draws a
+    quarter of its power limit and moves little memory, as the site's source reports it (or
+    not at all: the power proxy alone then)."""
+    _busy_low_power(
+        p, lambda rng: rng.uniform(0.03, 0.12) if rng.random() < 0.5 else None, (0.3, 0.7)
+    )
 
 
 def _memory_bound(p: _Plan) -> None:
@@ -510,21 +521,7 @@ def _memory_bound(p: _Plan) -> None:
     controller is busy most of the time: bandwidth-bound kernels (a stencil, an embedding
     lookup), not an empty GPU. No SM-activity metric, so memory bandwidth must tell them
     apart."""
-    rng = p.rng
-    p.gpm = False
-    p.cpu_frac = _const(rng.uniform(0.3, 0.6))
-    frac = rng.uniform(0.2, 0.32)
-    mem_bw = rng.uniform(0.55, 0.85)
-
-    def make(p: _Plan, n: int, g: int) -> _Gpu:
-        gpu = _healthy_gpu(p)
-        gpu.duty = _steady(rng, 93, 99)
-        gpu.power_frac = frac
-        gpu.memory_frac = rng.uniform(0.45, 0.8)
-        gpu.mem_bw_frac = mem_bw
-        return gpu
-
-    _fill(p, make)
+    _busy_low_power(p, lambda rng: rng.uniform(0.55, 0.85), (0.45, 0.8))
 
 
 def _whole_node(p: _Plan) -> None:
