@@ -250,6 +250,10 @@ class Cgroup2HostSampler:
         text = _read_text(self._path("cpuset.cpus.effective"))
         return count_cpu_list(text) if text else None
 
+    def job_gone(self) -> bool:
+        """Whether Slurm has removed the job's cgroup: the job has ended on this node."""
+        return not os.path.isdir(self.job_dir)
+
     def close(self) -> None:
         """Nothing is kept open."""
 
@@ -300,6 +304,10 @@ class Cgroup1HostSampler:
             return None
         text = _read_text(os.path.join(self.dirs["cpuset"], "cpuset.cpus"))
         return count_cpu_list(text) if text else None
+
+    def job_gone(self) -> bool:
+        """Whether Slurm has removed the job's cgroup: the job has ended on this node."""
+        return not os.path.isdir(self.dirs["cpuacct"])
 
     def close(self) -> None:
         """Nothing is kept open."""
@@ -867,6 +875,12 @@ class AutoHostSampler:
         if self._chosen is not None:
             return self._chosen.allocated_cores()
         return None
+
+    def job_gone(self) -> bool:
+        """Whether the job's cgroup, once found, has been removed (the job ended on this node);
+        ``False`` with the /proc method, which cannot tell an ended job from a quiet one."""
+        chosen = self._chosen
+        return isinstance(chosen, Cgroup1HostSampler | Cgroup2HostSampler) and chosen.job_gone()
 
     def close(self) -> None:
         """Close what the /proc method keeps open."""

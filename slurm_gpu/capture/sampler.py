@@ -126,6 +126,15 @@ class _HostReader(Protocol):
 
     def allocated_cores(self) -> int | None: ...
 
+    def job_gone(self) -> bool: ...
+
+
+#: Seconds a sampler waits for the epilog once its job's cgroup is gone, then seals the record
+#: itself: an epilog that never ran (a slurmd restarted at the wrong moment, a hook killed with
+#: the job's cgroup under PrologFlags=RunInJob) must not leave a record unsealed until the next
+#: job on the GPU reaps the sampler. Epilogs come within a second or two of the job's end.
+ORPHAN_GRACE_S = 30.0
+
 
 class Sampler:
     """One job's sampler. ``run`` loops until ``wait`` reports a stop request."""
@@ -162,6 +171,7 @@ class Sampler:
         max_recent = min(RECENT_MAX_READINGS, int(RECENT_WINDOW_S / opts.interval_s) + 2)
         self._live_gpus = [_LiveGpu(max_recent) for _ in opts.gpu_uuids]
         self._prev_reading_s: float | None = None
+        self._gone_since: float | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -409,10 +419,34 @@ class Sampler:
             except Exception:
                 log.exception("reading failed")
             now = self.clock()
+            if self._orphaned(now):
+                break
             k = max(k + 1, int((now - start) / interval) + 1)
             if wait(max(0.0, start + k * interval - now)):
                 break
         return self.seal()
+
+    def _orphaned(self, now: float) -> bool:
+        """Whether the job's cgroup has been gone for ``ORPHAN_GRACE_S`` with no epilog to
+        stop this sampler: then it seals the record itself, noting ``sealed_without_epilog``."""
+        try:
+            gone = self.host is not None and self.host.job_gone()
+        except OSError:
+            gone = False
+        if not gone:
+            self._gone_since = None
+            return False
+        if self._gone_since is None:
+            self._gone_since = now
+        if now - self._gone_since < ORPHAN_GRACE_S:
+            return False
+        log.warning(
+            "the job's cgroup has been gone for %.0f s and no epilog stopped this sampler; "
+            "sealing the record",
+            now - self._gone_since,
+        )
+        self._note("sealed_without_epilog")
+        return True
 
 
 # --------------------------------------------------------------------------- process entry

@@ -323,3 +323,19 @@ def test_the_prolog_hands_only_a_well_formed_sluid_to_the_sampler() -> None:
     assert sluid_of(SLUID) == SLUID
     for bad in ("../../etc", "job_5", "s*", SLUID + "0", "sbr1jb8j1ym400", ""):
         assert sluid_of(bad) is None, bad
+
+
+def test_the_job_is_gone_once_slurm_removes_its_cgroup(tmp_path: Path) -> None:
+    cgroup1_tree(tmp_path / "v1")
+    v1 = AutoHostSampler("42", 1000, cgroup_root=str(tmp_path / "v1"))
+    job_dir = cgroup2_tree(tmp_path / "v2")
+    v2 = AutoHostSampler("42", 1000, cgroup_root=str(tmp_path / "v2"))
+    assert v1.sample(1.0).method == "cgroup1" and v2.sample(1.0).method == "cgroup2"
+    assert not v1.job_gone() and not v2.job_gone()
+    import shutil
+
+    shutil.rmtree(tmp_path / "v1" / "cpuacct" / "slurm" / "uid_1000" / "job_42")
+    shutil.rmtree(job_dir)
+    assert v1.job_gone() and v2.job_gone()
+    # The /proc method cannot tell an ended job from a quiet one.
+    assert not AutoHostSampler("43", 1000, cgroup_root=str(tmp_path / "none")).job_gone()

@@ -75,6 +75,9 @@ class Host:
     def allocated_cores(self) -> int | None:
         return 4
 
+    def job_gone(self) -> bool:
+        return False
+
 
 def run_sampler(tmp_path: Path, busy_pct: list[float], readings: int, **kw: str) -> Sampler:
     clock = Clock()

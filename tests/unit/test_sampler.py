@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpu.capture.aggregate import NodeAggregator
-from slurm_gpu.capture.sampler import Sampler, SamplerOptions
+from slurm_gpu.capture.sampler import ORPHAN_GRACE_S, Sampler, SamplerOptions
 from slurm_gpu.capture.spool import JobSpool, SpoolWriter, read_record, read_spool, read_state
 from slurm_gpu.errors import TelemetryUnavailableError
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample
@@ -61,6 +62,9 @@ class FakeHost:
 
     def allocated_cores(self) -> int | None:
         return 2
+
+    def job_gone(self) -> bool:
+        return False
 
 
 class FakeClock:
@@ -244,3 +248,49 @@ def test_real_sampler_process_seals_on_sigterm(tmp_path: Path) -> None:
     assert record.gpus[0].info.minor_number == 0
     log = (tmp_path / "log" / "hooks.log").read_text()
     assert "job=77 sampler started" in log and "record sealed" in log
+
+
+class EndingJobHost(FakeHost):
+    """A job whose cgroup Slurm removes after ``ends_after`` readings."""
+
+    def __init__(self, clock: FakeClock, ends_after: int) -> None:
+        super().__init__(clock)
+        self.readings = 0
+        self.ends_after = ends_after
+
+    def sample(self, now_s: float | None = None) -> HostSample:
+        self.readings += 1
+        return super().sample(now_s)
+
+    def job_gone(self) -> bool:
+        return self.readings > self.ends_after
+
+
+def test_a_sampler_whose_epilog_never_comes_seals_once_the_job_cgroup_is_gone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slurm 24.11 lab, PrologFlags=RunInJob (a clean-clone CI run): the job ended, its epilog
+    left no trace, and its sampler ran on until the next job's prolog reaped it 106 s later.
+    Once the job's cgroup has been gone for ORPHAN_GRACE_S, the sampler seals by itself."""
+    clock = FakeClock()
+    source = FakeSource(clock)
+    host = EndingJobHost(clock, ends_after=5)
+    sampler = Sampler(make_opts(tmp_path, interval_s=1.0), lambda: source, host, clock=clock)
+    wait, waits = stop_after(clock, 10_000)  # no epilog ever asks it to stop
+    with caplog.at_level(logging.WARNING):
+        assert sampler.run(wait)
+    assert 5 + ORPHAN_GRACE_S <= len(waits) + 1 <= 5 + ORPHAN_GRACE_S + 2
+    record = read_record(JobSpool(str(tmp_path / "spool"), "42", "n1").record)
+    assert "sealed_without_epilog" in record.notes
+    assert "no epilog stopped this sampler" in caplog.text
+
+
+def test_a_running_job_is_never_sealed_by_the_orphan_check(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sampler = Sampler(
+        make_opts(tmp_path, interval_s=1.0), lambda: FakeSource(clock), FakeHost(clock), clock=clock
+    )
+    wait, waits = stop_after(clock, 200)
+    assert sampler.run(wait)
+    assert len(waits) == 200
+    assert read_record(JobSpool(str(tmp_path / "spool"), "42", "n1").record).notes == ()
