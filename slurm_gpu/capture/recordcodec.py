@@ -69,12 +69,27 @@ def to_jsonable(obj: Any, *, omit_defaults: bool = False) -> Any:
     return obj
 
 
+#: Integers a record or reading may hold: 64 bits, signed or unsigned (NVML's counters are
+#: unsigned 64-bit). A record with a larger one is malformed (quarantined) rather than a batch
+#: the store cannot take, and the standard library and orjson then read the same text alike
+#: (orjson reads an integer beyond these bounds as a float).
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+
+
+def _in_range(ints: Any) -> bool:
+    """Whether the integers of ``ints`` (``None`` left out) fit 64 bits; one C pass each way."""
+    present = [v for v in ints if v is not None] if None in ints else ints
+    return not present or (min(present) >= INT_MIN and max(present) <= INT_MAX)
+
+
 def _scalar(kind: type[Any]) -> _Converter:
     def convert(value: Any) -> Any:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+        if kind is int and not INT_MIN <= value <= INT_MAX:
+            raise ValueError("integer beyond 64 bits")
         return value
 
     return convert
@@ -100,6 +115,8 @@ def _converter(hint: Any) -> _Converter:
                 if not isinstance(value, list):
                     raise ValueError("expected a list")
                 if fast is not None and set(map(type, value)) <= fast:
+                    if int in fast and not _in_range(value):
+                        raise ValueError("integer beyond 64 bits")
                     return tuple(value)
                 return tuple(item(v) for v in value)
 
@@ -239,6 +256,8 @@ def _ints(col: list[Any], name: str, *, optional: bool) -> list[Any]:
     if not kinds <= (_INT_OR_NONE if optional else _INT):
         bad = next(iter(kinds - (_INT_OR_NONE if optional else _INT)))
         raise ValueError(f"timeline.{name}: expected an integer, got {bad.__name__}")
+    if not _in_range(col):
+        raise ValueError(f"timeline.{name}: integer beyond 64 bits")
     return col
 
 

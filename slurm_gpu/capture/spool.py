@@ -43,6 +43,7 @@ from itertools import compress
 from operator import ne
 from typing import Any
 
+from slurm_gpu.capture import fastjson
 from slurm_gpu.capture.recordcodec import (
     from_jsonable,
     timeline_from_columns,
@@ -472,7 +473,7 @@ def decode_record(data: bytes, *, where: str = "record") -> NodeRecord:
     """Parse a sealed record of any version in ``RECORD_VERSIONS_READ``; ``SpoolFormatError``
     when it is not one."""
     try:
-        body = json.loads(data)
+        body = fastjson.loads(data)
     except ValueError as exc:
         raise SpoolFormatError(f"{where}: not JSON ({exc})") from None
     if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:

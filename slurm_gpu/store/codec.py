@@ -117,6 +117,57 @@ def _mib_col(values: Sequence[int | float | None]) -> list[int]:
     return [_U32_NONE if v is None else min(top, -(-int(v) // _MIB)) for v in values]
 
 
+def _numpy() -> Any:
+    """numpy (installed with pandas), imported on the first timeline packed: only the
+    collector packs timelines, and ``gpueff``, which decodes them, must not pay its import."""
+    global _NUMPY
+    if _NUMPY is False:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - numpy comes with pandas
+            _NUMPY = None
+        else:
+            _NUMPY = numpy
+    return _NUMPY
+
+
+_NUMPY: Any = False
+
+
+def _gpu_columns_fast(
+    points: Sequence[TimelinePoint], attr: str, gpu_count: int, kind: str, top: int
+) -> list[bytes] | None:
+    """The packed per-GPU columns of ``attr`` (``kind``: ``"util"``, ``"mib"`` or ``"power"``),
+    computed on one numpy matrix; ``None`` (the caller packs them value by value) unless every
+    point has every GPU's value, finite (and memory not negative). Then the bytes equal those of
+    ``_q_col``/``_mib_col`` and ``array``: each is the same IEEE operation per value
+    (``int(v * scale + 0.5)``, ``-(-v // MiB)``), done in C over the whole timeline instead of
+    one interpreted step per value (a third of the time for a 4-GPU hour)."""
+    np = _numpy()
+    if np is None or not points or gpu_count == 0:
+        return None
+    rows = list(map(attrgetter(attr), points))
+    try:
+        matrix = np.array(rows, dtype=np.int64 if kind == "mib" else np.float64)
+    except (TypeError, ValueError, OverflowError):  # a None, a ragged row, a huge int
+        return None
+    if matrix.shape != (len(points), gpu_count):
+        return None
+    if kind == "mib":
+        if matrix.min() < 0:
+            return None
+        q = np.minimum(-(-matrix // _MIB), top)
+        dtype = "<u4"
+    else:
+        if not np.isfinite(matrix).all():
+            return None
+        # As ``_q_col``: 0 at or below 0, ``top`` at or above it, else rounded half up.
+        scaled = matrix * (100.0 if kind == "util" else 10.0)
+        q = np.where(matrix <= 0, 0, np.where(scaled >= top, top, (scaled + 0.5).astype(np.int64)))
+        dtype = "<u2" if kind == "util" else "<u4"
+    return [q[:, g].astype(dtype).tobytes() for g in range(gpu_count)]
+
+
 def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     """Pack a per-node timeline column by column (columns compress far better than rows).
 
@@ -134,13 +185,20 @@ def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     rss = array("I", _mib_col([p.host_rss_max_bytes for p in points]))
     parts = [struct.pack("<IId", n, gpu_count, t0), _le(t_ms), _le(width_ms), _le(samples)]
     parts += [_le(cpu), _le(rss)]
-    utils = _column(points, "gpu_utilization_pct", gpu_count)
-    mems = _column(points, "gpu_memory_used_max_bytes", gpu_count)
-    powers = _column(points, "gpu_power_w", gpu_count)
+    utils = _gpu_columns_fast(points, "gpu_utilization_pct", gpu_count, "util", 10000) or [
+        _le(array("H", _q_col(c, 100, _U16_NONE, 10000)))
+        for c in _column(points, "gpu_utilization_pct", gpu_count)
+    ]
+    mems = _gpu_columns_fast(points, "gpu_memory_used_max_bytes", gpu_count, "mib", top) or [
+        _le(array("I", _mib_col(c)))
+        for c in _column(points, "gpu_memory_used_max_bytes", gpu_count)
+    ]
+    powers = _gpu_columns_fast(points, "gpu_power_w", gpu_count, "power", top) or [
+        _le(array("I", _q_col(c, 10, _U32_NONE, top)))
+        for c in _column(points, "gpu_power_w", gpu_count)
+    ]
     for g in range(gpu_count):
-        parts.append(_le(array("H", _q_col(utils[g], 100, _U16_NONE, 10000))))
-        parts.append(_le(array("I", _mib_col(mems[g]))))
-        parts.append(_le(array("I", _q_col(powers[g], 10, _U32_NONE, top))))
+        parts += (utils[g], mems[g], powers[g])
     return bytes([_VERSION]) + zlib.compress(b"".join(parts), _TIMELINE_ZLIB_LEVEL)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from slurm_gpu.errors import StoreError
@@ -66,3 +68,59 @@ def test_fully_reported_columns_quantise_like_the_general_path() -> None:
     assert [g.gpu_memory_used_max_bytes[0] for g in got] == [-(-m // MIB) * MIB for m in mems]
     assert [g.gpu_power_w[0] for g in got] == [int(p * 10 + 0.5) / 10 for p in powers]
     assert [g.host_rss_max_bytes for g in got] == [-(-m // MIB) * MIB for m in mems]
+
+
+def _value_by_value(points: tuple[TimelinePoint, ...], gpu_count: int) -> bytes:
+    """``encode_timeline`` with the numpy path switched off: every column packed by
+    ``_q_col``/``_mib_col``, the encoder as it was before the matrix path."""
+    saved = codec._NUMPY
+    codec._NUMPY = None
+    try:
+        return codec.encode_timeline(points, gpu_count)
+    finally:
+        codec._NUMPY = saved
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {},
+        {"gpu_utilization_pct": (100.0, 99.995, 0.004999, 0.005)},
+        {"gpu_utilization_pct": (150.0, -5.0, 0.0, -0.0)},
+        {"gpu_power_w": (1e12, 0.05, 0.04999, 700.0)},
+        {"gpu_memory_used_max_bytes": (0, 1, MIB, 2**60)},
+        {"gpu_memory_used_max_bytes": (2**70, 1, 2, 3)},
+        {"gpu_memory_used_max_bytes": (-3, 1, 2, 3)},
+        {"gpu_utilization_pct": (None, 1.0, 2.0, 3.0)},
+        {"gpu_power_w": (1.0, 2.0)},
+    ],
+)
+def test_a_whole_timeline_matrix_packs_to_the_same_bytes_as_value_by_value(
+    edit: dict[str, tuple[float | int | None, ...]],
+) -> None:
+    """The collector packs complete 4-GPU columns as one numpy matrix (a third of the time);
+    the bytes must be those of the value-by-value encoder, in range or clamped, and where a
+    column is not complete (a gap, a short tuple) the value-by-value path takes it."""
+    points = tuple(
+        TimelinePoint(
+            1.7e9 + 10 * i,
+            10.0,
+            1,
+            (12.345 + i, 50.0, 99.0, 3.5),
+            (5 * MIB + i, 2 * MIB, 40 * 1024 * MIB, 0),
+            (250.04, 100.0 + i / 7, 60.0, 0.0),
+            3.2,
+            7 * MIB,
+        )
+        for i in range(50)
+    )
+    edited = tuple(dataclasses.replace(p, **edit) if i == 7 else p for i, p in enumerate(points))
+    assert codec.encode_timeline(edited, 4) == _value_by_value(edited, 4)
+
+
+def test_a_nan_is_refused_by_both_encoders() -> None:
+    p = TimelinePoint(1.7e9, 10.0, 1, (float("nan"),), (MIB,), (1.0,), None, None)
+    with pytest.raises(ValueError):
+        codec.encode_timeline((p,), 1)
+    with pytest.raises(ValueError):
+        _value_by_value((p,), 1)
