@@ -4,9 +4,21 @@ SQLAlchemy (or the whole engine) into commands that need one small piece."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
+
+
+@functools.cache
+def optional_module(name: str) -> ModuleType | None:
+    """The module ``name``, imported on the first call (later calls reuse it); ``None`` where
+    it is not installed. For accelerators a path may use without depending on them."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def lazy_exports(namespace: dict[str, Any], homes: Mapping[str, str]) -> Callable[[str], Any]:

@@ -15,24 +15,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_ORJSON: Any = False
-
-
-def _orjson() -> Any:
-    global _ORJSON
-    if _ORJSON is False:
-        try:
-            import orjson
-        except ImportError:
-            _ORJSON = None
-        else:
-            _ORJSON = orjson
-    return _ORJSON
+from slurm_gpu.lazy import optional_module
 
 
 def loads(data: bytes | str) -> Any:
     """``json.loads(data)``; ``ValueError`` (``json.JSONDecodeError``) when it is not JSON."""
-    fast = _orjson()
+    fast = optional_module("orjson")
     if fast is not None:
         try:
             return fast.loads(data)

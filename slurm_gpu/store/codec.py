@@ -26,6 +26,7 @@ from typing import Any
 
 from slurm_gpu.capture.recordcodec import build_points
 from slurm_gpu.errors import StoreError
+from slurm_gpu.lazy import optional_module
 from slurm_gpu.records import Distribution, TimelinePoint
 
 _VERSION = 1
@@ -117,23 +118,6 @@ def _mib_col(values: Sequence[int | float | None]) -> list[int]:
     return [_U32_NONE if v is None else min(top, -(-int(v) // _MIB)) for v in values]
 
 
-def _numpy() -> Any:
-    """numpy (installed with pandas), imported on the first timeline packed: only the
-    collector packs timelines, and ``gpueff``, which decodes them, must not pay its import."""
-    global _NUMPY
-    if _NUMPY is False:
-        try:
-            import numpy
-        except ImportError:  # pragma: no cover - numpy comes with pandas
-            _NUMPY = None
-        else:
-            _NUMPY = numpy
-    return _NUMPY
-
-
-_NUMPY: Any = False
-
-
 def _gpu_columns_fast(
     points: Sequence[TimelinePoint], attr: str, gpu_count: int, kind: str, top: int
 ) -> list[bytes] | None:
@@ -143,7 +127,9 @@ def _gpu_columns_fast(
     ``_q_col``/``_mib_col`` and ``array``: each is the same IEEE operation per value
     (``int(v * scale + 0.5)``, ``-(-v // MiB)``), done in C over the whole timeline instead of
     one interpreted step per value (a third of the time for a 4-GPU hour)."""
-    np = _numpy()
+    # Imported on the first timeline packed: only the collector packs timelines, and gpueff,
+    # which decodes them, must not pay numpy's import (installed with pandas).
+    np = optional_module("numpy")
     if np is None or not points or gpu_count == 0:
         return None
     rows = list(map(attrgetter(attr), points))

@@ -14,6 +14,7 @@ import pytest
 
 from slurm_gpu.capture import fastjson, spool
 from slurm_gpu.capture.spool import SpoolFormatError
+from slurm_gpu.lazy import optional_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_collect import make_record
@@ -47,7 +48,7 @@ def test_not_json_is_a_value_error(text: bytes) -> None:
 
 def test_orjson_is_used_where_installed() -> None:
     pytest.importorskip("orjson")
-    assert fastjson._orjson() is not None
+    assert optional_module("orjson") is not None
 
 
 @pytest.mark.parametrize("with_orjson", [True, False])
@@ -57,8 +58,8 @@ def test_a_record_with_an_integer_beyond_64_bits_is_refused_either_way(
     """Before, the standard library's parser kept 10**25 as an int, the record decoded, and the
     store's insert of its batch failed at every pass (SQLite's integers are 64-bit)."""
     if not with_orjson:
-        monkeypatch.setattr(fastjson, "_ORJSON", None)
-    elif fastjson._orjson() is None:
+        monkeypatch.setattr(fastjson, "optional_module", lambda name: None)
+    elif optional_module("orjson") is None:
         pytest.skip("orjson is not installed")
     rec = make_record("123", "n1", 1, random.Random(1))
     huge = dataclasses.replace(rec, gpus=(dataclasses.replace(rec.gpus[0], samples=10**25),))

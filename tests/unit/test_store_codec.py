@@ -73,12 +73,12 @@ def test_fully_reported_columns_quantise_like_the_general_path() -> None:
 def _value_by_value(points: tuple[TimelinePoint, ...], gpu_count: int) -> bytes:
     """``encode_timeline`` with the numpy path switched off: every column packed by
     ``_q_col``/``_mib_col``, the encoder as it was before the matrix path."""
-    saved = codec._NUMPY
-    codec._NUMPY = None
+    saved = codec.optional_module
+    codec.optional_module = lambda name: None  # type: ignore[assignment]
     try:
         return codec.encode_timeline(points, gpu_count)
     finally:
-        codec._NUMPY = saved
+        codec.optional_module = saved
 
 
 @pytest.mark.parametrize(
