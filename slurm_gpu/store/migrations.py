@@ -78,13 +78,18 @@ _M4_COLUMNS = (
 )
 
 
-def _m4_steps_and_signals(conn: Connection) -> None:
-    # Migration 1 creates its tables as declared now (with these columns): add each only
-    # where an older store lacks it. Rows stored before keep NULL: not known.
-    for table, column, sql_type in _M4_COLUMNS:
-        columns = {c["name"] for c in inspect(conn).get_columns(table)}
-        if column not in columns:
+def _add_missing_columns(conn: Connection, columns: tuple[tuple[str, str, str], ...]) -> None:
+    """Add each (table, column, SQL type) only where the store lacks it: migration 1 creates
+    its tables as declared now, with the later columns. Nullable columns without a default, so
+    the change is instant on SQLite and PostgreSQL, and rows stored before keep NULL: not
+    known."""
+    for table, column, sql_type in columns:
+        if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+
+
+def _m4_steps_and_signals(conn: Connection) -> None:
+    _add_missing_columns(conn, _M4_COLUMNS)
 
 
 def _m5_row_security(conn: Connection) -> None:
@@ -94,10 +99,7 @@ def _m5_row_security(conn: Connection) -> None:
 
 
 def _m6_timeline_pruned(conn: Connection) -> None:
-    # A nullable column without a default: on SQLite and PostgreSQL an instant change of the
-    # table's definition, whatever its size. Only where it is missing, as in migration 4.
-    if "timeline_pruned_s" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
-        conn.execute(text("ALTER TABLE jobs ADD COLUMN timeline_pruned_s FLOAT"))
+    _add_missing_columns(conn, (("jobs", "timeline_pruned_s", "FLOAT"),))
     schema.ix_jobs_pruned_end.create(conn, checkfirst=True)
 
 
@@ -115,10 +117,7 @@ def _m8_record_inbox(conn: Connection) -> None:
 
 
 def _m9_memory_utilization(conn: Connection) -> None:
-    # As migration 4: migration 1 creates job_gpus as declared now, so add it only where an
-    # older store lacks it (a nullable column: an instant change on SQLite and PostgreSQL).
-    if "memory_util_mean_pct" not in {c["name"] for c in inspect(conn).get_columns("job_gpus")}:
-        conn.execute(text("ALTER TABLE job_gpus ADD COLUMN memory_util_mean_pct FLOAT"))
+    _add_missing_columns(conn, (("job_gpus", "memory_util_mean_pct", "FLOAT"),))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
