@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import gpueff_factory as F
 import pytest
 from test_gpueff_owner import _settings, _store
 
+from slurm_gpu.config import Settings
 from slurm_gpu.jobreport import prerender
 from slurm_gpu.jobreport.prerender import ReportPrerenderer
 from slurm_gpu.jobreport.renderpool import RenderPool, environment, worker_command
@@ -99,21 +101,39 @@ def test_flush_stores_every_report_handed_over(
     assert _stored(state) == want
 
 
-def test_a_worker_that_dies_loses_no_report(
-    state: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def _pass_with_a_failing_worker(
+    state: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    pool_of: Callable[[Settings], RenderPool],
+    batches: Callable[[list[JobRecord]], list[list[JobRecord]]],
+) -> tuple[RenderPool, list[int]]:
+    """One collector pass handing ``batches`` to a worker that fails (``pool_of``), its errors
+    logged into ``caplog``; the reports stored must be those rendered in-process. Returns the
+    pool and what each ``publish`` returned."""
     want = _in_process(state)
     monkeypatch.setattr(prerender, "MIN_WORKER_JOBS", 1)
     settings = _settings(state)
     with Store.open(settings.store_url) as store:
-        pool = RenderPool(settings, command=DYING, unit_jobs=2)
+        pool = pool_of(settings)
         p = ReportPrerenderer(settings, store, pool=pool)
-        jobs = _jobs(state)
         with caplog.at_level(logging.ERROR, logger="slurm_gpu.prerender"):
-            p.publish(jobs[:3])
-            p.publish(jobs[3:])
+            published = [p.publish(batch) for batch in batches(_jobs(state))]
             p.flush()  # returns: the pass ends
     assert _stored(state) == want
+    return pool, published
+
+
+def test_a_worker_that_dies_loses_no_report(
+    state: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool, _ = _pass_with_a_failing_worker(
+        state,
+        monkeypatch,
+        caplog,
+        lambda settings: RenderPool(settings, command=DYING, unit_jobs=2),
+        lambda jobs: [jobs[:3], jobs[3:]],
+    )
     assert "report worker failed: " in caplog.text
     assert not pool.running
 
@@ -121,16 +141,14 @@ def test_a_worker_that_dies_loses_no_report(
 def test_a_worker_that_cannot_start_is_logged_and_the_collector_renders(
     state: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    want = _in_process(state)
-    monkeypatch.setattr(prerender, "MIN_WORKER_JOBS", 1)
-    settings = _settings(state)
-    with Store.open(settings.store_url) as store:
-        pool = RenderPool(settings, command=[str(state / "no-such-python")])
-        p = ReportPrerenderer(settings, store, pool=pool)
-        with caplog.at_level(logging.ERROR, logger="slurm_gpu.prerender"):
-            assert p.publish(_jobs(state)) == len(IDS)
-            p.flush()
-    assert _stored(state) == want
+    _, published = _pass_with_a_failing_worker(
+        state,
+        monkeypatch,
+        caplog,
+        lambda settings: RenderPool(settings, command=[str(state / "no-such-python")]),
+        lambda jobs: [jobs],
+    )
+    assert published == [len(IDS)]
     assert "report worker not started" in caplog.text
 
 
