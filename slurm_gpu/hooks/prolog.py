@@ -250,8 +250,10 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
         start_sampler_systemd(cmd, env.job_id)
         return f"sampler unit slurm-gpu-sampler@{env.job_id} started for {what}"
     pid = start_sampler(cmd, settings.paths.log_file, SamplerLimits.from_settings(settings))
-    write_pidfile(paths.pid, pid)
+    # Out of the job's cgroup first: the pid file is what the epilog and readers take as a
+    # settled sampler, so it must never name one still counted against the job.
     leave_job_cgroup(pid, env.job_id)
+    write_pidfile(paths.pid, pid)
     return f"sampler {pid} started for {what}"
 
 

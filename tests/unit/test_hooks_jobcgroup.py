@@ -4,7 +4,10 @@ tests/lab/test_lab_runinjob.py does the same on Slurm 24.11 and 26.05 with cgrou
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from slurm_gpu.hooks.jobcgroup import (
     escape_path,
@@ -89,3 +92,42 @@ def test_unwritable_target_is_reported(tmp_path: Path) -> None:
     proc, cg = _trees(tmp_path, "4:memory:/gone/slurm/uid_1/job_11/step_extern\n")
     moved, failed = move_out_of_job(4242, "11", proc_root=str(proc), cgroup_root=str(cg))
     assert moved == [] and len(failed) == 1 and failed[0].startswith("memory (")
+
+
+def test_the_pid_file_appears_only_once_the_sampler_has_left_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers (the epilog, the lab test) take the pid file as a settled sampler: under RunInJob
+    it must not name a sampler still inside the job's cgroup (a 26.05 CI run saw that race)."""
+    from slurm_gpu.config import load_settings
+    from slurm_gpu.hooks import prolog
+    from slurm_gpu.hooks.common import JobEnv
+    from slurm_gpu.telemetry.virtual_device import create_gpus
+
+    vdir = tmp_path / "vgpu"
+    create_gpus(vdir, 1)
+    cfg = tmp_path / "slurm-gpu.toml"
+    cfg.write_text(
+        f'[paths]\nspool_dir = "{tmp_path}/spool"\nstate_dir = "{tmp_path}/state"\n'
+        f'log_file = "{tmp_path}/hooks.log"\n'
+        f'[telemetry]\nbackend = "virtual"\nvirtual_dir = "{vdir}"\n'
+        "[hooks]\nreap_stale_samplers = false\n"
+    )
+    settings = load_settings(str(cfg), trusted=False)
+    env = JobEnv.from_environ(
+        {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    )
+    seen: list[bool] = []
+    monkeypatch.setattr(prolog, "start_sampler", lambda *a, **k: os.getpid())
+    monkeypatch.setattr(
+        prolog,
+        "leave_job_cgroup",
+        lambda pid, job: seen.append(
+            os.path.exists(
+                prolog.JobSpool(settings.paths.spool_dir, "77", env.spool_hostname()).pid
+            )
+        ),
+    )
+    assert "started" in prolog.run_prolog(settings, env)
+    assert seen == [False]
+    assert os.path.exists(prolog.JobSpool(settings.paths.spool_dir, "77", env.spool_hostname()).pid)
