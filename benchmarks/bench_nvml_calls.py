@@ -4,8 +4,8 @@ Runs ``NvmlSource`` against the fake ``libnvidia-ml.so.1`` of ``tests/nvmlfake``
 pynvml calls into it), per driver profile, and counts the C entry points each GPU-sample
 calls in steady state (after the first readings set up events and GPM). No GPU is needed.
 
-The cost on a node with a GPU is estimated, not measured: each call count is multiplied by
-``LATENCY_US``, a per-call latency model (stated in docs/performance.md). The Python-side
+The cost on a node with a GPU is estimated from the counts: each call count is multiplied by
+``LATENCY_US``, the per-call latencies measured on an H100 (docs/performance.md). The Python-side
 CPU per GPU-sample against the fake (whose calls take nanoseconds) is measured and printed
 alongside: it is the part that does not depend on the driver.
 
@@ -30,22 +30,34 @@ sys.path.insert(0, str(ROOT / "tests"))
 import pynvml  # noqa: E402
 from nvmlfake.driver import Clock, FakeDriver  # noqa: E402
 
-#: Modelled latency of one call on a data-centre GPU, µs (a model: see docs/performance.md).
+#: Latency of one C call, µs: the medians measured on an NVIDIA H100 80GB HBM3, driver
+#: 580.159.04, while it ran bf16 matrix products (benchmarks/device_record.py and
+#: device_fields.py, 2026-11-27; docs/performance.md "NVML on a real H100"), except where a
+#: comment says otherwise. The driver's time counts as the caller's CPU time.
 LATENCY_US: dict[str, float] = {
-    "nvmlDeviceGetPcieThroughput": 20_000.0,  # NVML: "sampled over a 20 ms interval"
-    "nvmlGpmSampleGet": 1_000.0,
-    "nvmlGpmMigSampleGet": 1_000.0,
-    "nvmlDeviceGetComputeRunningProcesses_v3": 200.0,
-    "nvmlDeviceGetComputeRunningProcesses_v2": 200.0,
-    "nvmlDeviceGetComputeRunningProcesses": 200.0,
-    "nvmlDeviceGetSamples": 100.0,
-    "nvmlDeviceGetFieldValues": 100.0,
-    "nvmlDeviceGetTotalEccErrors": 50.0,
-    "nvmlDeviceGetPowerUsage": 50.0,
-    "nvmlDeviceGetTotalEnergyConsumption": 50.0,
+    "nvmlDeviceGetPcieThroughput": 20_000.0,  # not called on R580; NVML: "a 20 ms interval"
+    "nvmlDeviceGetFieldValues": 4_300.0,  # the sampler's batch; the energy counter is ~4 ms
+    "nvmlDeviceGetSamples": 1_100.0,  # per C call; pynvml makes two per reading
+    "nvmlDeviceGetViolationStatus": 900.0,
+    "nvmlGpmSampleGet": 190.0,
+    "nvmlGpmMigSampleGet": 190.0,  # not measured (no MIG there): as the whole GPU's
+    "nvmlDeviceGetMemoryInfo_v2": 63.0,
+    "nvmlDeviceGetMemoryInfo": 63.0,  # not measured: as _v2
+    "nvmlDeviceGetComputeRunningProcesses_v3": 48.0,
+    "nvmlDeviceGetComputeRunningProcesses_v2": 48.0,  # not measured: as _v3
+    "nvmlDeviceGetComputeRunningProcesses": 48.0,  # not measured: as _v3
+    "nvmlDeviceGetPowerUsage": 41.0,
+    "nvmlDeviceGetTotalEnergyConsumption": 4_260.0,
+    "nvmlDeviceGetTotalEccErrors": 80.0,  # not measured: as the ECC fields alone
+    "nvmlEventSetWait_v2": 22.0,
+    "nvmlDeviceGetUtilizationRates": 7.5,
+    "nvmlGpmMetricsGet": 5.6,
+    "nvmlDeviceGetTemperature": 4.4,
+    "nvmlDeviceGetCurrentClocksEventReasons": 4.5,
+    "nvmlDeviceGetClockInfo": 2.5,
 }
 DEFAULT_LATENCY_US = 20.0
-"""Every other call (a cached getter: utilization, memory, clocks, temperature, events)."""
+"""Every other call (not met in the steady state of the profiles)."""
 
 PROFILES = (
     ("r570_h100", ["GPU-aaaaaaaa-0000-0000-0000-000000000000"], "R570, H100, one process"),
@@ -108,7 +120,8 @@ def main() -> None:
     print(f"### NVML calls per GPU-sample ({args.source_file or 'this tree'})\n")
     print(f"{platform.node()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, pynvml {pynvml.__file__}; "
-          f"{args.readings} readings after 3 warm-up readings; no real GPU.\n")  # fmt: skip
+          f"{args.readings} readings after 3 warm-up readings; no real GPU (latencies "
+          "measured on an H100).\n")  # fmt: skip
     print("| profile | calls per GPU-sample | modelled NVML time per GPU-sample | "
           "Python CPU per GPU-sample (fake) |")  # fmt: skip
     print("|---|---|---|---|")
