@@ -360,6 +360,20 @@ class AnalysisSettings:
         min=0,
         max=100,
     )
+    main_process_min_cores: float = _opt(
+        0.85,
+        "Cores busy per used GPU that count as one core kept busy: a GPU with no kernel in a "
+        "reading while this many cores worked waited on one process (a DataLoader with "
+        "num_workers=0), whatever the allocation.",
+        min=0,
+    )
+    starved_min_span_pct: float = _opt(
+        25.0,
+        "A GPU at or below unused_max_duty_pct still counts as used (starved, not unused) when "
+        "readings with kernels span at least this share of the job's time.",
+        min=0,
+        max=100,
+    )
     idle_phase_min_s: float = _opt(
         300.0,
         "A mid-job run of idle timeline buckets at least this long is an idle phase.",

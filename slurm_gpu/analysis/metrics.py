@@ -24,6 +24,7 @@ from slurm_gpu.records import (
     GpuSummary,
     JobRecord,
     NodeRecord,
+    TimelinePoint,
 )
 from slurm_gpu.sourcecaps import SourceCapabilities, capabilities_of, combined
 
@@ -72,6 +73,8 @@ class GpuMetrics:
     memory_peak_pct: float | None
     power_mean_w: float | None
     power_limit_w: float | None
+    power_max_w: float | None
+    """The highest power reading, W."""
     power_mean_of_limit_pct: float | None
     energy_kwh: float | None
     sm_active_mean_pct: float | None
@@ -105,8 +108,17 @@ class GpuMetrics:
     used: bool
     """Its mean duty cycle exceeded ``unused_max_duty_pct`` (a process that never ran a kernel
     does not make a GPU used); without readings, whether a process appeared on it."""
+    starved: bool
+    """Not ``used``, yet buckets with kernels (the job's: the GPU is its) spanned at least
+    ``starved_min_span_pct`` of the job: a GPU fed so slowly (one batch now and then) that its
+    mean duty cycle rounds to nothing. The rules diagnose it with the used GPUs; the idle
+    GPU-hours (``wasted_gpu_hours``) count it like an unused one."""
     enough_data: bool
     """At least ``min_samples`` readings were answered."""
+    sparse_kernels: bool = False
+    """Kernels in fewer than half of the timeline buckets between its first and last one: a
+    GPU fed a batch now and then, whose last busy bucket says little of when its work
+    ended (no ragged tail, no idle phases judged on it)."""
     active_last_s: float | None = None
     """Epoch seconds of the GPU's last active reading; ``None`` if never active."""
     idle_phases: int = 0
@@ -194,6 +206,12 @@ class JobMetrics:
     gpus: tuple[GpuMetrics, ...]
     stall_from_readings: bool = False
     """The stall shares were counted at sampling resolution (every used GPU had a grid)."""
+    main_stall_share_pct: float | None = None
+    """Share of the timeline, between the first and last bucket with kernels on the used and
+    starved GPUs and outside idle phases, in which none of them ran a kernel (duty at or below
+    ``unused_max_duty_pct``) while at least ``main_process_min_cores`` cores per such GPU were
+    busy on its node, percent: the GPUs waited on one busy process each (a DataLoader with
+    ``num_workers=0``), however many cores the job had. ``None`` without a timeline."""
     steps: StepMetrics | None = None
     """The job's ``srun`` steps as accounting knows them; ``None`` without any."""
     source: SourceCapabilities = field(default_factory=lambda: capabilities_of("nvml"))
@@ -348,6 +366,39 @@ def idle_phases(node: NodeRecord, index: int, settings: AnalysisSettings) -> Idl
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KernelSpan:
+    """Where one GPU's timeline shows kernels (a bucket with a duty cycle above 0)."""
+
+    buckets: int = 0
+    """Buckets with a kernel."""
+    span_s: float = 0.0
+    """From the start of the first such bucket to the end of the last, seconds."""
+    share: float = 1.0
+    """Buckets with a kernel over the buckets with a value between them (1.0 with none)."""
+
+
+def kernel_span(node: NodeRecord, index: int) -> KernelSpan:
+    """Where GPU ``index`` of ``node`` ran kernels, from its timeline."""
+    known = [
+        (p, u)
+        for p in node.timeline
+        if index < len(p.gpu_utilization_pct) and (u := p.gpu_utilization_pct[index]) is not None
+    ]
+    marks = [k for k, (_p, u) in enumerate(known) if u > 0.0]
+    if not marks:
+        return KernelSpan()
+    first, last = known[marks[0]][0], known[marks[-1]][0]
+    return KernelSpan(
+        len(marks), last.t_s + last.width_s - first.t_s, len(marks) / (marks[-1] - marks[0] + 1)
+    )
+
+
+#: A starved GPU ran kernels in at least this many timeline buckets (one stray kernel at
+#: start-up, a CUDA check, does not make a GPU used).
+STARVED_MIN_BUCKETS = 2
+
+
 def gpu_metrics(
     gpu: GpuSummary,
     node: NodeRecord,
@@ -355,6 +406,7 @@ def gpu_metrics(
     processes_known: bool = True,
     phases: IdlePhases | None = None,
     caps: SourceCapabilities | None = None,
+    kernels: KernelSpan | None = None,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
     ``processes_readable(node)``, computed once per node by the caller; it is used only for
@@ -381,6 +433,19 @@ def gpu_metrics(
         head = tail = None  # per-step means say nothing of when the GPU worked
     capacity = gpu.info.memory_total_bytes
     mean = dist.mean
+    used = gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct
+    # No process list needed: Slurm gives a GPU to one job, so its kernels are the job's.
+    kernels = kernels or KernelSpan()
+    starved = (
+        not used
+        and mean is not None
+        and observed is not None
+        and kernels.buckets >= STARVED_MIN_BUCKETS
+        and 100.0 * kernels.span_s / observed >= settings.starved_min_span_pct
+    )
+    if starved:
+        # Its kernels are too sparse to see where its work began and ended.
+        head = tail = None
     throttle_power, throttle_thermal = gpu.throttle_pct(observed)
     nvl_idle = None
     if gpu.nvlink_bytes and gpu.nvlink_bytes_while_idle is not None:
@@ -408,6 +473,7 @@ def gpu_metrics(
         memory_peak_pct=_ratio_pct(gpu.memory_used_max_bytes, capacity),
         power_mean_w=gpu.power_mean_w,
         power_limit_w=gpu.info.power_limit_w,
+        power_max_w=gpu.power_max_w,
         power_mean_of_limit_pct=_ratio_pct(gpu.power_mean_w, gpu.info.power_limit_w),
         energy_kwh=None if gpu.energy_j is None else gpu.energy_j / JOULES_PER_KWH,
         sm_active_mean_pct=gpu.sm_active_mean_pct,
@@ -425,7 +491,10 @@ def gpu_metrics(
         and (processes_known if gpu.process_list_unread is None else gpu.process_list_unread == 0),
         max_processes=gpu.max_processes,
         is_mig=gpu.info.mig_profile is not None or gpu.info.uuid.startswith("MIG-"),
-        used=gpu.process_seen if mean is None else mean > settings.unused_max_duty_pct,
+        used=used,
+        starved=starved,
+        sparse_kernels=kernels.buckets >= STARVED_MIN_BUCKETS
+        and kernels.share < SPARSE_KERNEL_SHARE,
         enough_data=gpu.samples_available >= settings.min_samples
         or (not caps.timeline and gpu.samples_available > 0),
         active_last_s=gpu.active_last_time_s,
@@ -538,6 +607,74 @@ def _stall_and_peak(
     return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
 
 
+#: Below this share of timeline buckets with kernels (between the first and the last), a
+#: GPU's idle runs are waits between batches, not idle phases.
+SPARSE_KERNEL_SHARE = 0.5
+
+#: Most cores per GPU one process keeps busy (its thread plus helper threads' share).
+MAIN_PROCESS_MAX_CORES = 1.5
+
+
+def main_process_stall_pct(
+    nodes: Sequence[NodeRecord], fed: set[str], settings: AnalysisSettings
+) -> float | None:
+    """``JobMetrics.main_stall_share_pct`` over the GPUs ``fed`` (used or starved), each GPU
+    judged on its own timeline (ranks that wait together and independent single-GPU processes
+    alike); ``None`` without a timeline or host readings on any of their nodes."""
+    stalled_s = total_s = 0.0
+    for node in nodes:
+        indices = [i for i, g in enumerate(node.gpus) if g.info.uuid in fed]
+        # Every rank's process keeps one core busy; many more cores busy is the job-wide
+        # saturation that stall_share_pct measures.
+        need = settings.main_process_min_cores * len(indices)
+        most = MAIN_PROCESS_MAX_CORES * len(indices)
+        for index in indices:
+            for point, stalled in _gpu_waits(node, index, settings):
+                if point.host_cpu_cores is None:
+                    continue
+                total_s += point.width_s
+                if stalled and need <= point.host_cpu_cores <= most:
+                    stalled_s += point.width_s
+    if total_s <= 0:
+        return None
+    return 100.0 * stalled_s / total_s
+
+
+def _gpu_waits(
+    node: NodeRecord, index: int, settings: AnalysisSettings
+) -> list[tuple[TimelinePoint, bool]]:
+    """The timeline buckets of GPU ``index`` between its first and last bucket with a kernel,
+    outside idle phases, each with whether it ran no kernel in it."""
+    points = [
+        (p, p.gpu_utilization_pct[index])
+        for p in node.timeline
+        if index < len(p.gpu_utilization_pct) and p.gpu_utilization_pct[index] is not None
+    ]
+    kernel = [k for k, (_p, u) in enumerate(points) if u is not None and u > 0.0]
+    if len(kernel) < 2:
+        return []
+    span = range(kernel[0], kernel[-1] + 1)
+    # Long runs without kernels are phases only between long busy stretches (a task farm at
+    # 68 % for 28 min, then idle for 12): where kernels show in fewer than half of the buckets,
+    # every run is the wait for the next batch, however long it looks.
+    phase: set[int] = set()
+    if len(kernel) >= SPARSE_KERNEL_SHARE * len(span):
+        run: list[int] = []
+        for k in span:
+            u = points[k][1]
+            if u is not None and u <= settings.unused_max_duty_pct:
+                run.append(k)
+                continue
+            if run and sum(points[j][0].width_s for j in run) >= settings.idle_phase_min_s:
+                phase.update(run)
+            run = []
+    return [
+        (points[k][0], (points[k][1] or 0.0) <= settings.unused_max_duty_pct)
+        for k in span
+        if k not in phase
+    ]
+
+
 def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetrics | None:
     """The job's task steps summed up; ``None`` when accounting listed none."""
     tasks = [st for st in job.steps if st.is_task]
@@ -619,6 +756,7 @@ def job_metrics(
             processes_readable(node, settings),
             idle_phases(node, i, settings),
             capabilities_of(node.source),
+            kernel_span(node, i),
         )
         for node in nodes
         for i, g in enumerate(node.gpus)
@@ -657,6 +795,8 @@ def job_metrics(
     )
     if from_readings is not None:
         stall, stall_strict = from_readings
+    fed = {g.uuid for g in observed if (g.used or g.starved) and g.enough_data}
+    main_stall = main_process_stall_pct(nodes, fed, settings)
     rss = [n.host.rss_max_bytes for n in nodes if n.host and n.host.rss_max_bytes is not None]
     gpu_count = gpus_allocated or len(gpus)
     cput = seff_cpu_used_s(job)
@@ -689,6 +829,7 @@ def job_metrics(
         stall_share_pct=stall,
         stall_share_strict_pct=stall_strict,
         stall_from_readings=from_readings is not None,
+        main_stall_share_pct=main_stall,
         host_cores_peak=peak,
         host_cores_allocated_per_node=(job.alloc_cpus / nnodes) if job.alloc_cpus else None,
         host_rss_peak_bytes=max(rss) if rss else None,

@@ -205,6 +205,13 @@ def recommend_cpus(
     floor = (
         math.ceil(max(known) * (1 + s.headroom_cpu_pct / 100.0) / per_after - 1e-9) if known else 1
     )
+    main_process = any(
+        f.code is Code.DATALOADER_BOUND and f.evidence.get("main_process") for f in findings
+    )
+    if main_process and Code.TOO_FEW_CPUS_PER_GPU not in codes:
+        # One core per GPU worked while the others idled: the cores are there already; the
+        # fix is in the code (DataLoader workers), not in the request.
+        return []
     if codes & {Code.DATALOADER_BOUND, Code.TOO_FEW_CPUS_PER_GPU}:
         proposed = max(s.min_cpus_per_gpu, math.ceil(2 * current), floor)
         return [

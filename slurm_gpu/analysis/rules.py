@@ -28,7 +28,9 @@ FINISHED_NORMALLY = frozenset({"COMPLETED"})
 
 
 def _used(m: JobMetrics, s: AnalysisSettings) -> list[GpuMetrics]:
-    return [g for g in m.gpus if g.used and g.enough_data]
+    """The GPUs the rules diagnose: used, or starved (kernels through the job, too few to
+    lift the mean duty cycle: fed too slowly, not unused)."""
+    return [g for g in m.gpus if (g.used or g.starved) and g.enough_data]
 
 
 def _r(value: float | None, digits: int = 1) -> Number:
@@ -115,7 +117,7 @@ def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findi
     out = []
     hours = m.elapsed_s / 3600.0
     for g in m.gpus:
-        if g.used or not g.enough_data:
+        if g.used or g.starved or not g.enough_data:
             continue
         # 1 seen, 0 none seen, None: the node's process list could not be read.
         seen: Number = int(g.process_seen) if g.process_seen or g.processes_known else None
@@ -217,6 +219,8 @@ def idle_phases(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Find
         return []
     if communication_wait(m, job, s):
         return []  # idle while NVLink traffic flows: waiting on communication (cause 5)
+    if _main_process_bound(m, s) or any(g.sparse_kernels for g in used):
+        return []  # the idle runs are the waits between batches, not phases
     most = max(g.idle_phases for g in used)
     idle_s = sum(g.idle_phases_s for g in used)
     share = 100.0 * idle_s / (m.elapsed_s * len(used))
@@ -248,6 +252,8 @@ def ragged_tail(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Find
     used = [g for g in _used(m, s) if g.active_last_s is not None]
     if not _diagnosable(m) or len(used) < 2 or m.gpu_hours_allocated <= 0:
         return []
+    if any(g.sparse_kernels for g in used):
+        return []  # batches now and then: a GPU's last busy reading says little of its end
     last = max(g.active_last_s or 0.0 for g in used)
     early = [g for g in used if last - (g.active_last_s or 0.0) >= s.idle_phase_min_s]
     if not early:
@@ -289,8 +295,24 @@ def time_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> li
     return [Finding(Code.TIME_OVERREQUESTED, severity, ev)]
 
 
+def _cores_idle_unexplained(m: JobMetrics, s: AnalysisSettings) -> bool:
+    """Underused GPUs and no host readings over time: idle cores may be the DataLoader
+    workers the job lacks (``DATALOADER_BOUND`` in the main process), which only the host's
+    timeline can tell; fewer cores would then be the wrong advice."""
+    duty = _used_duty(m, s)
+    return (
+        _diagnosable(m) and not m.source.host_series and duty is not None and duty < s.low_duty_pct
+    )
+
+
 def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Most allocated cores did nothing (CPU efficiency as seff computes it)."""
+    if _cores_idle_unexplained(m, s):
+        return []  # SOURCE_CANNOT_TELL names it (cannot_tell_CPU_OVERREQUESTED)
+    return _cpu_overrequested(m, s)
+
+
+def _cpu_overrequested(m: JobMetrics, s: AnalysisSettings) -> list[Finding]:
     eff = m.cpu_efficiency_pct
     if m.status is DataStatus.TOO_SHORT or eff is None or m.cpu_used_s is None:
         return []
@@ -298,6 +320,8 @@ def cpu_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> lis
         return []  # the site gives whole nodes: asking for fewer cores changes nothing
     if m.steps is not None and _steps_cpu_bound(m, s):
         return []  # the steps were bound to too few cores, not given too many
+    if _diagnosable(m) and m.source.host_series and _main_process_bound(m, s):
+        return []  # the cores idled because the loader ran in the main process: they are needed
     idle_cores = m.ncpus - m.cpu_used_s / m.elapsed_s
     severity = grade_below(eff, s.cpu_efficiency_max_pct, s)
     if severity is None or idle_cores < s.cpu_idle_min_cores:
@@ -358,7 +382,8 @@ def memory_overrequested(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
 def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Little GPU memory and little GPU time: a smaller GPU or a MIG slice would do."""
     used = [g for g in _used(m, s) if not g.is_mig]
-    if not _diagnosable(m) or not used:
+    if not _diagnosable(m) or not used or _input_bound(m, s):
+        # Input-bound: the GPU time says how fast data came, not how much GPU the work needs.
         return []
     peaks = [g.memory_peak_pct for g in used]
     duties = [g.duty_mean_pct or 0.0 for g in used]
@@ -380,9 +405,28 @@ def gpu_oversized(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Fi
 # --------------------------------------------------------------------------- cause 2
 
 
+def _main_process_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    """The GPUs, below ``low_duty_pct``, waited without a kernel while one core per GPU
+    worked, for ``stall_share_pct`` of the time: batches made one after another in the main
+    process (``num_workers=0``), however many cores the job had."""
+    duty = _used_duty(m, s)
+    share = m.main_stall_share_pct
+    return (
+        duty is not None
+        and duty < s.low_duty_pct
+        and share is not None
+        and share >= s.stall_share_pct
+    )
+
+
 def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     if not m.source.host_series:
         return False  # nothing of the host over time: data loading cannot be asserted
+    return _cores_bound(m, s) or _main_process_bound(m, s)
+
+
+def _cores_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
+    """The GPUs below full use while the job's cores were saturated as a whole."""
     duty = _used_duty(m, s)
     if duty is None or duty >= s.dataloader_max_duty_pct:
         return False
@@ -410,13 +454,20 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
     if not _diagnosable(m) or not _input_bound(m, s):
         return []
     moderate = (_used_duty(m, s) or 0.0) >= s.low_duty_pct
+    main = not _cores_bound(m, s)
+    stall = m.stall_share_strict_pct if moderate else m.stall_share_pct
     ev = {
-        "stall_share_pct": _r(m.stall_share_strict_pct if moderate else m.stall_share_pct),
+        "stall_share_pct": _r(m.main_stall_share_pct if main else stall),
         "stall_share_min_pct": s.stall_share_pct,
-        "duty_mean_pct": _r(_used_duty(m, s)),
+        "duty_mean_pct": _r(_used_duty(m, s), 2),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "cpus_per_gpu": _r(m.cpus_per_gpu),
-        "stall_from_readings": int(m.stall_from_readings),
+        "stall_from_readings": int(m.stall_from_readings and not main),
+        # 1: one core per GPU worked while the others sat idle (the cores were there).
+        "main_process": int(main),
+        "cores_busy_mean": _r(m.cores_busy_mean_per_node, 2),
+        "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node),
+        "gpus_used": len(_used(m, s)),
     }
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
 
@@ -662,6 +713,20 @@ def communication_wait(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> li
 _THROTTLE_WHOLE_JOB_PCT = 99.0
 
 
+#: Power drawn at or above this share of the enforced limit, at the job's peak reading,
+#: means the GPU reached its power cap (readings are 1 s means; a few percent under the cap
+#: is the cap's own control band).
+_AT_POWER_LIMIT_PCT = 95.0
+
+
+def _reached_power_limit(g: GpuMetrics) -> bool:
+    return (
+        g.power_max_w is not None
+        and bool(g.power_limit_w)
+        and 100.0 * g.power_max_w / (g.power_limit_w or 1.0) >= _AT_POWER_LIMIT_PCT
+    )
+
+
 def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Clocks held down by the power cap or by heat for a large share of the job: of the
     time the driver said whether they were (never raised where it never did: unknown is
@@ -680,11 +745,19 @@ def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
                     "throttled_pct": _r(pct),
                     "power_mean_w": _r(g.power_mean_w),
                     "power_limit_w": _r(g.power_limit_w),
+                    "power_max_w": _r(g.power_max_w),
                 }
                 known = g.throttle_known_pct
                 if known is not None and known < _THROTTLE_WHOLE_JOB_PCT:
                     ev["throttle_known_pct"] = _r(known)
-                out.append(Finding(code, Severity.WARNING, ev, Scope.GPU, g.uuid))
+                severity = Severity.WARNING
+                if code is Code.GPU_THROTTLED_POWER and _reached_power_limit(g):
+                    # The GPU drew its full budget and the driver held its clocks there: how a
+                    # GPU runs compute-bound work (seen on an H100 at 700 W under bf16 matrix
+                    # products, 87 % of the job), not a fault. Said, not warned.
+                    severity = Severity.INFO
+                    ev["at_power_limit"] = 1
+                out.append(Finding(code, severity, ev, Scope.GPU, g.uuid))
     return out
 
 
@@ -757,7 +830,12 @@ def _lacks(m: JobMetrics, rule: Rule) -> tuple[str, ...]:
     return tuple(sig for sig in NEEDS.get(rule.__name__, ()) if not getattr(m.source, sig))
 
 
-def cannot_tell(m: JobMetrics, skipped: Sequence[Rule], found: Sequence[Finding]) -> list[Finding]:
+def cannot_tell(
+    m: JobMetrics,
+    skipped: Sequence[Rule],
+    found: Sequence[Finding],
+    withheld: Sequence[Code] = (),
+) -> list[Finding]:
     """One note naming what the job's source cannot tell: the rules not run for want of a
     signal (evidence ``cannot_tell_<CODE>`` = 1), the signals it lacks (``lacks_<signal>`` =
     1), and, for a GPU found unused, whether a process held it when there is no process list.
@@ -766,6 +844,7 @@ def cannot_tell(m: JobMetrics, skipped: Sequence[Rule], found: Sequence[Finding]
     if not _diagnosable(m):
         return []
     ev: dict[str, Number] = {f"cannot_tell_{NEEDS_CODE[r.__name__].value}": 1 for r in skipped}
+    ev.update({f"cannot_tell_{code.value}": 1 for code in withheld})
     if not m.source.process_list and any(f.code is Code.GPU_UNUSED for f in found):
         ev["cannot_tell_process_on_unused_gpu"] = 1
     if not ev:
@@ -846,5 +925,7 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
         # A rule that could have explained low utilization did not run for want of a
         # signal: "no rule explains it" would be a guess; the cannot-tell note says why.
         found.extend(unexplained(m, job, s, found))
-    found.extend(cannot_tell(m, skipped, found))
+    # Findings a rule held back because the source cannot tell what would excuse them.
+    withheld = [f.code for f in _cpu_overrequested(m, s) if _cores_idle_unexplained(m, s)]
+    found.extend(cannot_tell(m, skipped, found, withheld))
     return tuple(sorted(found, key=lambda f: -f.severity.rank))

@@ -138,12 +138,14 @@ def markdown_section(ev: Evaluation, traces: Sequence[RecordedTrace]) -> list[st
     dates = sorted({str(t.recorded.get("date", "?")) for t in traces})
     out = [
         "",
-        f"## Recorded corpus ({len(traces)} jobs captured on a real Slurm cluster)",
+        f"## Recorded corpus ({len(traces)} jobs captured by the real hooks and sampler)",
         "",
         "Demo jobs (`share/demo/*.sbatch`) run through Slurm, the prolog, the sampler and the",
-        "epilog on the local test cluster (virtual GPUs), with their sacct record, kept in",
-        "`tests/data/traces/` (see its README). Each is judged with the thresholds scaled to",
-        "its length that the file names (the jobs last seconds, not hours).",
+        "epilog on the local test cluster (virtual GPUs), with their sacct record; and short",
+        "PyTorch jobs run between the real prolog and epilog on a real GPU",
+        "(`benchmarks/device_record.py`; no Slurm there, their job record composed from what",
+        "ran). All kept in `tests/data/traces/` (see its README). Each is judged with the",
+        "thresholds scaled to its length that the file names (the jobs last seconds, not hours).",
         "",
         f"- cluster: {', '.join(how)}; recorded: {', '.join(dates)}",
         f"- false alarms on healthy jobs: {ev.healthy_false_alarms} of {ev.healthy_traces} "

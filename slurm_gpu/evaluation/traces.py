@@ -25,7 +25,11 @@ from slurm_gpu.records import (
     NodeRecord,
     Tres,
 )
-from slurm_gpu.telemetry.base import THROTTLE_SW_POWER_CAP, THROTTLE_SW_THERMAL
+from slurm_gpu.telemetry.base import (
+    THROTTLE_HW_POWER_BRAKE,
+    THROTTLE_SW_POWER_CAP,
+    THROTTLE_SW_THERMAL,
+)
 
 GIB = 1024**3
 
@@ -43,6 +47,8 @@ LABELS: dict[str, frozenset[int | str]] = {
     "healthy": frozenset(),
     "idle-gpu": frozenset({6}),
     "dataloader": frozenset({2}),
+    # The loader in the training process: one core busy, the GPU idle between batches.
+    "dataloader-main": frozenset({2}),
     "small-batch": frozenset({1}),
     "no-amp": frozenset({3}),
     "near-oom": frozenset({4}),
@@ -78,6 +84,7 @@ EXPECTED_CODE: dict[str, tuple[str, ...]] = {
     "healthy": (),
     "idle-gpu": ("GPU_UNUSED",),
     "dataloader": ("DATALOADER_BOUND",),
+    "dataloader-main": ("DATALOADER_BOUND",),
     "small-batch": ("LOW_PARALLELISM",),
     "no-amp": ("TENSOR_CORES_IDLE",),
     "near-oom": ("GPU_MEMORY_NEAR_FULL",),
@@ -132,6 +139,9 @@ class _Gpu:
     tensor_pct: float = 40.0
     throttle_share: float = 0.0
     throttle_bits: int = THROTTLE_SW_POWER_CAP
+    power_cap_frac: float | None = None
+    """Power never above this share of the limit (a power brake holding the GPU below its
+    board limit); ``None``: no such ceiling."""
     nvlink_busy_bps: float = 2e9
     nvlink_idle_bps: float = 0.0
 
@@ -283,6 +293,25 @@ def _dataloader(p: _Plan) -> None:
     _fill(p, make)
 
 
+def _dataloader_main(p: _Plan) -> None:
+    """Batches made in the training process (a DataLoader with ``num_workers=0``): one core
+    per GPU busy, the others idle; the GPU runs each batch in a burst and waits for the next,
+    so most readings see no kernel (an H100 fed this way read 0.1 % mean duty)."""
+    rng = p.rng
+    p.cpus_per_gpu = rng.choice((2, 4, 4, 6, 8))
+    p.cpu_frac = _const(rng.uniform(0.95, 1.0) / p.cpus_per_gpu)
+    seen = rng.uniform(0.08, 0.5)  # share of readings in which a batch's kernels show
+    burst = rng.uniform(2.0, 30.0)  # duty cycle of such a reading
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        def duty(t: float) -> float:
+            return rng.uniform(0.5 * burst, 1.5 * burst) if rng.random() < seen else 0.0
+
+        return _Gpu(duty=duty, memory_frac=rng.uniform(0.05, 0.6))
+
+    _fill(p, make)
+
+
 def _small_batch(p: _Plan) -> None:
     rng = p.rng
     p.cpu_frac = _const(rng.uniform(0.05, 0.4))
@@ -390,12 +419,16 @@ def _idle_tail(p: _Plan) -> None:
 def _throttle(p: _Plan) -> None:
     rng = p.rng
     share = rng.uniform(0.2, 0.9)
-    bits = rng.choice((THROTTLE_SW_POWER_CAP, THROTTLE_SW_THERMAL))
+    # The site's faults: heat, or a power brake (the node's power delivery asserting the HW
+    # brake) that holds the GPU below its board limit. A GPU held at its own limit by its power
+    # cap is how compute-bound work runs (rules._reached_power_limit), not this pattern.
+    bits = rng.choice((THROTTLE_HW_POWER_BRAKE, THROTTLE_SW_THERMAL))
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
         gpu.throttle_share = share
         gpu.throttle_bits = bits
+        gpu.power_cap_frac = 0.8 if bits == THROTTLE_HW_POWER_BRAKE else None
         return gpu
 
     _fill(p, make)
@@ -549,6 +582,7 @@ _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "healthy": _healthy,
     "idle-gpu": _idle_gpu,
     "dataloader": _dataloader,
+    "dataloader-main": _dataloader_main,
     "small-batch": _small_batch,
     "no-amp": _no_amp,
     "near-oom": _near_oom,
@@ -622,6 +656,8 @@ def _node_record(
             power = 0.15 * power_limit + 0.8 * power_limit * busy
             if gpu.power_frac is not None and base > 0:
                 power = gpu.power_frac * power_limit
+            if gpu.power_cap_frac is not None:
+                power = min(power, gpu.power_cap_frac * power_limit)
             energy[i] += int(power * p.interval_s * 1000)
             idle = duty <= 1.0
             nvl[i] += int((gpu.nvlink_idle_bps if idle else gpu.nvlink_busy_bps) * p.interval_s)
