@@ -10,10 +10,11 @@ One pass (``Collector.run_once``):
    or a multi-node job whose other nodes have not sealed yet. After ``settle_timeout_s`` /
    ``node_wait_s`` it ingests what exists and says so (``missing_hosts``);
 4. runs the optional analysis hook and writes the batch to the store in one transaction;
-5. only after the commit, moves the job's files to ``<state_dir>/done/`` (kept
-   ``done_retention_s`` for debugging, then deleted), then, when an ``admin_comment``
-   publisher is given, writes each stored GPU job's JS1 summary into Slurm's AdminComment
-   (a failure there is counted, never undoes the commit);
+5. only after the commit, hands the stored jobs' ``gpueff`` reports to the report step
+   (``reports``; its worker renders them while the pass goes on), moves the job's files to
+   ``<state_dir>/done/`` (kept ``done_retention_s`` for debugging, then deleted), then, when
+   an ``admin_comment`` publisher is given, writes each stored GPU job's JS1 summary into
+   Slurm's AdminComment (a failure there is counted, never undoes the commit);
 6. asks accounting for GPU jobs that ended recently and stores those that left no record at
    all with telemetry ``missing`` (hooks not installed, or the sampler never started).
 
@@ -562,7 +563,12 @@ class Collector:
             if self.inbox is not None and keys:
                 also = functools.partial(self.inbox.take, keys=keys)
             self.store.write_batch(bundles, collected_at_s=now, also=also)
-            # Committed: only now may the files leave the spool.
+            # Committed. The reports first: handed to the report worker, they are rendered on
+            # the other core while the files below move to done/ (the reports are read from
+            # the store, not from the spool); then the AdminComment step (``publish_stored``).
+            if self.reports is not None:
+                self.reports.publish([b.job for b in bundles])
+            # Only now may the files leave the spool.
             for b in bundles:
                 try:
                     self._finish(pending[b.job.job_id])
@@ -581,7 +587,7 @@ class Collector:
                     b.telemetry,
                     len(b.nodes),
                 )
-            publish_stored(bundles, self.admin_comment, self.reports, acc)
+            publish_stored(bundles, self.admin_comment, None, acc)
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()

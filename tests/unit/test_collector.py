@@ -402,6 +402,46 @@ def test_a_pass_returns_after_its_report_files_are_written(env: Env) -> None:
     ]
 
 
+def test_reports_are_handed_over_after_the_commit_before_the_files_move(env: Env) -> None:
+    """Each batch's reports go to the report step right after its commit, while its records
+    are still in the spool (the report worker renders them while the files move); the
+    AdminComment step comes after the move."""
+    from collections.abc import Sequence
+
+    events: list[tuple[str, tuple[str, ...], list[str]]] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            with Store.open(env.url) as store:  # committed: readable from a second connection
+                assert all(store.get_job(j.job_id) is not None for j in jobs)
+            events.append(("reports", tuple(j.job_id for j in jobs), env.records()))
+            return len(jobs)
+
+        def flush(self) -> None:
+            events.append(("flush", (), env.records()))
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            ids = tuple(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            events.append(("admin_comment", ids, env.records()))
+            return list(ids), []
+
+    for i in range(3):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2)
+        collector.reports = Reports()
+        collector.admin_comment = Comments()
+        assert collector.run_once(missing_pass=False).ingested == ("100", "101", "102")
+    assert events == [
+        ("reports", ("100", "101"), ["100/node1", "101/node1", "102/node1"]),
+        ("admin_comment", ("100", "101"), ["102/node1"]),
+        ("reports", ("102",), ["102/node1"]),
+        ("admin_comment", ("102",), []),
+        ("flush", (), []),
+    ]
+
+
 def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
     env: Env,
 ) -> None:
