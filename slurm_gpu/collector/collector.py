@@ -9,12 +9,15 @@ One pass (``Collector.run_once``):
    RUNNING or COMPLETING, or TRES not recorded: slurmdbd gets them seconds after the end),
    or a multi-node job whose other nodes have not sealed yet. After ``settle_timeout_s`` /
    ``node_wait_s`` it ingests what exists and says so (``missing_hosts``);
-4. runs the optional analysis hook and writes the batch to the store in one transaction;
+4. runs the optional analysis hook and writes the batch to the store in one transaction
+   (with the report step, in parts of at most ``REPORT_PART_JOBS`` jobs, one transaction
+   each, and step 5's report hand-over and moves after each part's commit);
 5. only after the commit, hands the stored jobs' ``gpueff`` reports to the report step
    (``reports``; its worker renders them while the pass goes on), moves the job's files to
-   ``<state_dir>/done/`` (kept ``done_retention_s`` for debugging, then deleted), then, when
-   an ``admin_comment`` publisher is given, writes each stored GPU job's JS1 summary into
-   Slurm's AdminComment (a failure there is counted, never undoes the commit);
+   ``<state_dir>/done/`` (kept ``done_retention_s`` for debugging, then deleted), then, once
+   the batch is stored and when an ``admin_comment`` publisher is given, writes each stored
+   GPU job's JS1 summary into Slurm's AdminComment (a failure there is counted, never undoes
+   the commit);
 6. asks accounting for GPU jobs that ended recently and stores those that left no record at
    all with telemetry ``missing`` (hooks not installed, or the sampler never started).
 
@@ -73,6 +76,12 @@ _MISSING_STATE = "missing-pass.json"
 #: below it; a file planted in an inbox cannot make root read without end.
 MAX_RECORD_BYTES = 64 << 20
 _JOB_ID = re.compile(r"[0-9]{1,20}")
+#: Jobs per store transaction when the pass renders reports (``Collector.reports``): an
+#: accounting batch (``batch_size``, 500) is committed in parts of at most this many jobs, and
+#: each part's reports go to the report worker right after its commit, so that the worker
+#: renders while the collector stores the next part, and the end of the pass waits only for
+#: the last part's reports instead of a whole batch's (4 of the worker's units of 32).
+REPORT_PART_JOBS = 128
 
 Analyse = Callable[[JobRecord, Sequence[NodeRecord]], Sequence[FindingLike]]
 
@@ -271,7 +280,8 @@ class CollectorOptions:
     """Timing and batching of the collector (``[collector]`` and ``[accounting]`` settings)."""
 
     batch_size: int = 500
-    """Jobs per accounting query and per store transaction."""
+    """Jobs per accounting query and per store transaction (with the report step, a batch is
+    committed in parts of at most ``REPORT_PART_JOBS``)."""
     node_wait_s: float = 600.0
     """How long after a job's end to wait for every node's record before ingesting what
     exists (the others are listed in ``missing_hosts``)."""
@@ -552,45 +562,67 @@ class Collector:
                 bundles = self._keep_inbox_records(bundles, pending)
             if not bundles:
                 continue
-            keys = [
-                f.row.key
-                for b in bundles
-                for f in pending[b.job.job_id].files
-                if isinstance(f, _InboxSealed)
-            ]
-            # The inbox rows of these jobs go in the transaction that stores them.
-            also = None
-            if self.inbox is not None and keys:
-                also = functools.partial(self.inbox.take, keys=keys)
-            self.store.write_batch(bundles, collected_at_s=now, also=also)
-            # Committed. The reports first: handed to the report worker, they are rendered on
-            # the other core while the files below move to done/ (the reports are read from
-            # the store, not from the spool); then the AdminComment step (``publish_stored``).
-            if self.reports is not None:
-                self.reports.publish([b.job for b in bundles])
-            # Only now may the files leave the spool.
-            for b in bundles:
-                try:
-                    self._finish(pending[b.job.job_id])
-                except OSError as exc:
-                    # Stored; the files stay in the spool and the next pass stores the job
-                    # again (idempotently) and retries the move.
-                    log.error(
-                        "job %s stored, but its files stay in the spool: %s",
-                        b.job.job_id,
-                        _why(exc),
-                    )
-                acc.ingested.append(b.job.job_id)
-                log.info(
-                    "job %s stored: %s telemetry, %d node record(s)",
-                    b.job.job_id,
-                    b.telemetry,
-                    len(b.nodes),
-                )
-            publish_stored(bundles, self.admin_comment, None, acc)
+            stored: list[JobBundle] = []
+            try:
+                for part in _parts(bundles, self._part_jobs()):
+                    self._store(part, pending, now, acc)
+                    stored += part
+            finally:
+                # AdminComment once per batch, after its parts are stored and moved (those
+                # stored before a store error too: they have left the spool).
+                if stored:
+                    publish_stored(stored, self.admin_comment, None, acc)
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
+
+    def _part_jobs(self) -> int:
+        """Jobs per store transaction: with the report step, ``REPORT_PART_JOBS`` (each part's
+        reports go to the report worker as soon as it is committed, while the next part is
+        stored, and only the last part's wait at the end of the pass); without it, the whole
+        batch."""
+        return REPORT_PART_JOBS if self.reports is not None else max(1, self.options.batch_size)
+
+    def _store(
+        self, bundles: list[JobBundle], pending: dict[str, _Pending], now: float, acc: PassTally
+    ) -> None:
+        """Commit ``bundles`` in one transaction, then hand their reports over and move their
+        files to ``done/``."""
+        keys = [
+            f.row.key
+            for b in bundles
+            for f in pending[b.job.job_id].files
+            if isinstance(f, _InboxSealed)
+        ]
+        # The inbox rows of these jobs go in the transaction that stores them.
+        also = None
+        if self.inbox is not None and keys:
+            also = functools.partial(self.inbox.take, keys=keys)
+        self.store.write_batch(bundles, collected_at_s=now, also=also)
+        # Committed. The reports first: handed to the report worker, they are rendered on
+        # the other core while the files below move to done/ (the reports are read from
+        # the store, not from the spool).
+        if self.reports is not None:
+            self.reports.publish([b.job for b in bundles])
+        # Only now may the files leave the spool.
+        for b in bundles:
+            try:
+                self._finish(pending[b.job.job_id])
+            except OSError as exc:
+                # Stored; the files stay in the spool and the next pass stores the job
+                # again (idempotently) and retries the move.
+                log.error(
+                    "job %s stored, but its files stay in the spool: %s",
+                    b.job.job_id,
+                    _why(exc),
+                )
+            acc.ingested.append(b.job.job_id)
+            log.info(
+                "job %s stored: %s telemetry, %d node record(s)",
+                b.job.job_id,
+                b.telemetry,
+                len(b.nodes),
+            )
 
     # ----------------------------------------------------------------- spool
 
@@ -990,6 +1022,19 @@ class Collector:
         safefs.write_replace(
             _MISSING_STATE, json.dumps({"checked_until_s": end}).encode(), dir_fd=state
         )
+
+
+def _parts(items: list[JobBundle], most: int) -> list[list[JobBundle]]:
+    """``items`` cut into the fewest parts of at most ``most``, of sizes as equal as can be
+    (500 in parts of 128: four of 125)."""
+    count = max(1, -(-len(items) // max(1, most)))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for k in range(count):
+        end = start + size + (1 if k < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

@@ -442,6 +442,135 @@ def test_reports_are_handed_over_after_the_commit_before_the_files_move(env: Env
     ]
 
 
+@pytest.mark.parametrize("with_reports", [True, False])
+def test_with_reports_a_batch_is_committed_in_parts_each_handed_over_after_its_commit(
+    env: Env, monkeypatch: pytest.MonkeyPatch, with_reports: bool
+) -> None:
+    """With the report step, an accounting batch is stored in parts of at most
+    ``REPORT_PART_JOBS`` jobs (one transaction each, sizes as equal as can be), each part's
+    reports handed over after its commit; AdminComment once per batch. Without it, one
+    transaction per batch as before."""
+    from collections.abc import Sequence
+
+    from slurm_gpu.collector import collector as collector_mod
+
+    monkeypatch.setattr(collector_mod, "REPORT_PART_JOBS", 2)
+    events: list[tuple[str, tuple[str, ...]]] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            events.append(("reports", tuple(j.job_id for j in jobs)))
+            return len(jobs)
+
+        def flush(self) -> None:
+            pass
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            ids = tuple(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            events.append(("admin_comment", ids))
+            return list(ids), []
+
+    for i in range(7):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        write_batch = store.write_batch
+
+        def counted(bundles: Sequence[object], **kw: object) -> None:
+            events.append(("commit", tuple(b.job.job_id for b in bundles)))  # type: ignore[attr-defined]
+            write_batch(bundles, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "write_batch", counted)
+        collector = env.collector(store, batch_size=5)
+        collector.reports = Reports() if with_reports else None
+        collector.admin_comment = Comments()
+        report = collector.run_once(missing_pass=False)
+    assert report.ingested == tuple(str(100 + i) for i in range(7))
+    assert env.records() == []
+    if not with_reports:
+        assert events == [
+            ("commit", ("100", "101", "102", "103", "104")),
+            ("admin_comment", ("100", "101", "102", "103", "104")),
+            ("commit", ("105", "106")),
+            ("admin_comment", ("105", "106")),
+        ]
+        return
+    assert events == [
+        ("commit", ("100", "101")),
+        ("reports", ("100", "101")),
+        ("commit", ("102", "103")),
+        ("reports", ("102", "103")),
+        ("commit", ("104",)),
+        ("reports", ("104",)),
+        ("admin_comment", ("100", "101", "102", "103", "104")),
+        ("commit", ("105", "106")),
+        ("reports", ("105", "106")),
+        ("admin_comment", ("105", "106")),
+    ]
+
+
+def test_a_store_error_in_a_later_part_still_publishes_the_parts_stored_before(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part that cannot be stored ends the pass with the store's error, as a batch did; the
+    parts committed before it have left the spool, so their AdminComment is still written."""
+    from collections.abc import Sequence
+
+    from slurm_gpu.collector import collector as collector_mod
+    from slurm_gpu.errors import StoreError
+
+    monkeypatch.setattr(collector_mod, "REPORT_PART_JOBS", 2)
+    commented: list[str] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            return len(jobs)
+
+        def flush(self) -> None:
+            pass
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            commented.extend(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            return [], []
+
+    for i in range(4):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        write_batch = store.write_batch
+
+        def failing(bundles: Sequence[object], **kw: object) -> None:
+            if any(b.job.job_id == "102" for b in bundles):  # type: ignore[attr-defined]
+                raise StoreError("disk full")
+            write_batch(bundles, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "write_batch", failing)
+        collector = env.collector(store, batch_size=10)
+        collector.reports = Reports()
+        collector.admin_comment = Comments()
+        with pytest.raises(StoreError):
+            collector.run_once(missing_pass=False)
+    assert commented == ["100", "101"]
+    assert env.records() == ["102/node1", "103/node1"]
+
+
+def test_parts_are_the_fewest_of_at_most_the_size_and_as_equal_as_can_be() -> None:
+    from slurm_gpu.collector.collector import _parts
+
+    def sizes(n: int, most: int) -> list[int]:
+        items = list(range(n))
+        parts = _parts(items, most)  # type: ignore[arg-type]
+        assert [x for p in parts for x in p] == items
+        return [len(p) for p in parts]
+
+    assert sizes(500, 128) == [125, 125, 125, 125]
+    assert sizes(129, 128) == [65, 64]
+    assert sizes(128, 128) == [128]
+    assert sizes(5, 2) == [2, 2, 1]
+    assert sizes(1, 128) == [1]
+    assert sizes(0, 128) == [0]
+
+
 def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
     env: Env,
 ) -> None:
