@@ -29,8 +29,14 @@ With an ``inbox`` (the PostgreSQL record inbox, ``slurm_gpu.store.inbox``) the r
 there by the nodes join those of the spool: each is checked as a file is (its digest, then the
 record's own checks), a bad one moves to the inbox's quarantine table, and the rows of a stored
 job are deleted in the very transaction that stores it (``Store.write_batch``'s ``also``):
-committed together or not at all. Their bytes are kept in ``done/<job>/`` before that commit,
-like an ingested file, so a node whose record comes late joins the job's other nodes.
+committed together or not at all. Their bytes are kept in ``done/`` before that commit, like an
+ingested file, so a node whose record comes late joins the job's other nodes.
+
+``done/`` is flat: a node's files are ``done/<job>.<host>.record`` (and ``.jsonl``,
+``.state``), renamed there from the spool. Collectors before 2026-11-27 made one directory
+per job, ``done/<job>/<host>.record``; those are still read (a late node's record joins them)
+and pruned. Creating a directory costs about as much as the rest of moving a job's files
+(``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -477,6 +483,8 @@ class Collector:
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
         self._state_fd: int | None = None
+        self._done_index: dict[str, list[str]] = {}
+        """Per job id, the names of its records in flat ``done/`` when the pass began."""
 
     # ----------------------------------------------------------------- the pass
 
@@ -538,7 +546,7 @@ class Collector:
     def _run(self, wanted: set[str] | None, *, missing_pass: bool) -> CollectReport:
         acc = PassTally()
         now = self.clock()
-        self._prune_done(now)
+        self._done_index = self._prune_done(now)
         pending = self._read_spool(wanted, acc)
         if self.inbox is not None:
             self._read_inbox(self.inbox, wanted, pending, acc)
@@ -708,7 +716,7 @@ class Collector:
     def _keep_inbox_records(
         self, bundles: list[JobBundle], pending: dict[str, _Pending]
     ) -> list[JobBundle]:
-        """Write the inbox records of ``bundles`` to ``done/<job>/<host>.record`` before the
+        """Write the inbox records of ``bundles`` to ``done/<job>.<host>.record`` before the
         commit that deletes their rows (a copy written for a commit that then fails is
         rewritten by the next pass). A job whose copy cannot be written is left in the inbox
         for the next pass: storing it would lose the record for a late node's re-store."""
@@ -718,19 +726,19 @@ class Collector:
             rows = [f for f in pending[b.job.job_id].files if isinstance(f, _InboxSealed)]
             try:
                 if rows:
-                    with (
-                        _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as d,
-                        _closing(
-                            safefs.open_private_dir(b.job.job_id, dir_fd=d, create=True)
-                        ) as dest,
-                    ):
+                    with _closing(
+                        safefs.open_private_dir("done", dir_fd=state, create=True)
+                    ) as dest:
                         for f in rows:
                             assert f.row.data is not None  # checked when read
                             # Not fsynced, as durable as a file inbox's record moved to done/
                             # (a rename): a killed collector loses nothing of it, and an fsync
                             # per job would cost more than the rest of its ingest.
                             safefs.write_replace(
-                                f.hostname + ".record", f.row.data, dir_fd=dest, sync=False
+                                done_name(b.job.job_id, f.hostname, ".record"),
+                                f.row.data,
+                                dir_fd=dest,
+                                sync=False,
                             )
             except OSError as exc:
                 log.error(
@@ -862,25 +870,31 @@ class Collector:
         return False
 
     def _stored_nodes(self, p: _Pending, job: JobRecord) -> list[NodeRecord]:
-        """Records in ``done/<job>/`` of hosts that ``p`` has none for, from this run of the
-        job: a record that ended before the job (re)started belongs to an earlier run of a
-        requeued job and is left out."""
-        done = os.path.join(self.done_dir, p.job_id)
+        """Records in ``done/`` (``<job>.<host>.record``, or ``<job>/<host>.record`` as
+        collectors before 2026-11-27 kept them) of hosts that ``p`` has none for, from this run
+        of the job: a record that ended before the job (re)started belongs to an earlier run of
+        a requeued job and is left out."""
         have = {_short(n.hostname) for n in p.nodes}
+        paths = [os.path.join(self.done_dir, n) for n in sorted(self._done_index.get(p.job_id, ()))]
+        old = os.path.join(self.done_dir, p.job_id)
         try:
-            parent, name = _open_parent(done, (self.state_dir,))
+            parent, name = _open_parent(old, (self.state_dir,))
             with _closing(parent), _closing(safefs.open_dir(name, dir_fd=parent)) as fd:
-                names = list(_regular_names(fd, done))
+                paths += [os.path.join(old, n) for n in _regular_names(fd, old)]
         except FileNotFoundError:
-            return []
+            pass
         except OSError as exc:
-            log.error("job %s: stored records in %s not read: %s", p.job_id, done, _why(exc))
-            return []
+            log.error("job %s: stored records in %s not read: %s", p.job_id, old, _why(exc))
         out = []
-        for name in names:
-            if not name.endswith(".record") or _short(name[: -len(".record")]) in have:
+        for path in paths:
+            name = os.path.basename(path)
+            if not name.endswith(".record"):
                 continue
-            path = os.path.join(done, name)
+            host = name[: -len(".record")]
+            if os.path.dirname(path) == self.done_dir:
+                host = host[len(p.job_id) + 1 :]
+            if _short(host) in have:
+                continue
             try:
                 record = self.reader.read_record(path)
             except (OSError, SpoolFormatError, ValueError, TypeError, KeyError) as exc:
@@ -895,12 +909,13 @@ class Collector:
         return out
 
     def _finish(self, p: _Pending) -> None:
-        """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir.
+        """Move an ingested job's files to ``done/`` as ``<job>.<host><suffix>`` (the record
+        last, each file's time set to now: ``done/`` is pruned by it) and tidy its spool dir.
 
         Every name is resolved relative to a directory descriptor without following a
-        symlink: ``done/`` and ``done/<job>/`` must be private directories of root, and the
-        spool's job directory must be a real directory. Records of the PostgreSQL inbox have
-        no files to move (their rows went with the commit). Raises ``OSError``."""
+        symlink: ``done/`` must be a private directory of root, and the spool's job directory
+        must be a real directory. Records of the PostgreSQL inbox have no files to move (their
+        rows went with the commit). Raises ``OSError``."""
         files = [f for f in p.files if not isinstance(f, _InboxSealed)]
         if not files:
             return
@@ -908,8 +923,7 @@ class Collector:
         top = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         with (
             _closing(top),
-            _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as done,
-            _closing(safefs.open_private_dir(p.job_id, dir_fd=done, create=True)) as dest,
+            _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as dest,
             _closing(safefs.open_dir(p.job_id, dir_fd=top)) as src,
         ):
             for sealed in files:
@@ -920,30 +934,37 @@ class Collector:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(host + suffix, dir_fd=src)
                 for suffix in _KEEP_SUFFIXES:
+                    kept = done_name(p.job_id, host, suffix)
                     with contextlib.suppress(FileNotFoundError):
-                        safefs.move(host + suffix, src_fd=src, dst_fd=dest, dst_name=host + suffix)
+                        safefs.move(host + suffix, src_fd=src, dst_fd=dest, dst_name=kept)
+                        _touch(kept, dest)
                 name = os.path.basename(sealed.path)
+                kept = done_name(p.job_id, name[: -len(".record")], ".record")
                 safefs.move(
-                    name, src_fd=src, dst_fd=dest, dst_name=name, max_bytes=MAX_RECORD_BYTES
+                    name, src_fd=src, dst_fd=dest, dst_name=kept, max_bytes=MAX_RECORD_BYTES
                 )
+                _touch(kept, dest)
             with contextlib.suppress(OSError):
                 # Only when empty: other nodes' files may still be arriving.
                 os.rmdir(p.job_id, dir_fd=top)
 
-    def _prune_done(self, now: float) -> None:
-        """Delete the job directories in ``done/`` older than ``done_retention_s``, through
-        ``done/``'s descriptor: a symlink in ``done/`` is removed (the link, not its target),
-        and ``rmtree`` runs only in its descriptor-based form, which never follows one."""
+    def _prune_done(self, now: float) -> dict[str, list[str]]:
+        """Delete the files (and the job directories of earlier collectors) in ``done/`` older
+        than ``done_retention_s``, through ``done/``'s descriptor: a symlink in ``done/`` is
+        removed (the link, not its target), and ``rmtree`` runs only in its descriptor-based
+        form, which never follows one. Returns, per job id, the names of the records left
+        in flat ``done/`` (``_stored_nodes`` reads them)."""
+        index: dict[str, list[str]] = {}
         if not shutil.rmtree.avoids_symlink_attacks:
             log.error("done/ not pruned: this platform's rmtree can follow symlinks")
-            return
+            return self._done_records()
         try:
             done = safefs.open_private_dir("done", dir_fd=self._state_fd_now())
         except FileNotFoundError:
-            return
+            return index
         except OSError as exc:
             log.error("%s not pruned: %s", self.done_dir, _why(exc))
-            return
+            return index
         with _closing(done):
             with os.scandir(done) as it:
                 names = [e.name for e in it]
@@ -956,6 +977,8 @@ class Collector:
                         )
                         os.unlink(name, dir_fd=done)
                     elif now - st.st_mtime <= self.options.done_retention_s:
+                        if stat.S_ISREG(st.st_mode):
+                            _index_record(index, name)
                         continue
                     elif stat.S_ISDIR(st.st_mode):
                         shutil.rmtree(name, dir_fd=done)
@@ -963,6 +986,20 @@ class Collector:
                         os.unlink(name, dir_fd=done)
                 except OSError as exc:
                     log.warning("%s/%s not pruned: %s", self.done_dir, name, _why(exc))
+        return index
+
+    def _done_records(self) -> dict[str, list[str]]:
+        """``_prune_done``'s index without pruning."""
+        index: dict[str, list[str]] = {}
+        try:
+            done = safefs.open_private_dir("done", dir_fd=self._state_fd_now())
+        except OSError:
+            return index
+        with _closing(done), os.scandir(done) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    _index_record(index, e.name)
+        return index
 
     # ----------------------------------------------------------------- missing telemetry
 
@@ -1035,6 +1072,24 @@ def _parts(items: list[JobBundle], most: int) -> list[list[JobBundle]]:
         out.append(items[start:end])
         start = end
     return out
+
+
+def done_name(job_id: str, host: str, suffix: str) -> str:
+    """The name of a node's file in ``done/``: ``<job>.<host><suffix>``."""
+    return f"{job_id}.{host}{suffix}"
+
+
+def _index_record(index: dict[str, list[str]], name: str) -> None:
+    """Add ``name`` to ``index`` under its job id when it is a record of flat ``done/``."""
+    job, dot, rest = name.partition(".")
+    if dot and rest.endswith(".record") and len(rest) > len(".record") and _JOB_ID.fullmatch(job):
+        index.setdefault(job, []).append(name)
+
+
+def _touch(name: str, dir_fd: int) -> None:
+    """Set ``name``'s times to now: a rename keeps a file's modification time, and ``done/``
+    is pruned by the time a file was moved there."""
+    os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

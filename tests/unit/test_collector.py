@@ -98,8 +98,10 @@ def test_ingests_records_in_batches_and_moves_them_after_the_commit(env: Env) ->
     assert [len(c) for c in env.accounting.get_calls] == [2, 2, 1]
     assert env.records() == []
     assert not any((env.spool_dir / str(100 + i)).exists() for i in range(5))
-    assert (env.state_dir / "done" / "100" / "node1.record").exists()
-    assert (env.state_dir / "done" / "100" / "node1.jsonl").exists()
+    # Flat done/: <job>.<host>.record (and the host's other files), no directory per job.
+    assert (env.state_dir / "done" / "100.node1.record").exists()
+    assert (env.state_dir / "done" / "100.node1.jsonl").exists()
+    assert not any(p.is_dir() for p in (env.state_dir / "done").iterdir())
     with Store.open(env.url) as store:
         got = store.get_job("103")
         assert got is not None
@@ -125,7 +127,7 @@ def test_running_twice_or_reingesting_the_same_records_gives_the_same_store(
         os.makedirs(env.spool_dir / job, exist_ok=True)
         for host in ("n1", "n2"):
             shutil.copy(
-                env.state_dir / "done" / job / f"{host}.record",
+                env.state_dir / "done" / f"{job}.{host}.record",
                 env.spool_dir / job / f"{host}.record",
             )
     assert len(env.records()) == 6
@@ -318,13 +320,25 @@ def test_job_option_restricts_the_pass_to_one_job(env: Env) -> None:
 
 
 def test_done_files_are_pruned_after_the_retention(env: Env) -> None:
+    """A file in done/ is pruned by the time it was moved there (a rename keeps the time the
+    node wrote it, so the collector sets it), and a job directory of an earlier collector
+    (done/<job>/) by its own time."""
     env.add_job(make_job("1400"), "node1")
+    record = env.seal(make_node("1400", "node1"))
+    os.utime(record, (END - 30 * 86400, END - 30 * 86400))  # sealed long ago
     env.run()
-    done = env.state_dir / "done" / "1400"
-    assert done.exists()
-    os.utime(done, (END - 10 * 86400, END - 10 * 86400))
+    done = env.state_dir / "done"
+    moved = done / "1400.node1.record"
+    assert moved.exists() and moved.stat().st_mtime > END - 86400
+    old = done / "1300"
+    old.mkdir()
+    (old / "node1.record").write_bytes(moved.read_bytes())
+    env.run(done_retention_s=86400 * 365)
+    assert moved.exists() and old.exists()
+    for path in (moved, done / "1400.node1.jsonl", old):
+        os.utime(path, (END - 10 * 86400, END - 10 * 86400))
     env.run(done_retention_s=86400)
-    assert not done.exists()
+    assert sorted(p.name for p in done.iterdir()) == []
 
 
 def test_the_lock_admits_one_collector(tmp_path: Path) -> None:
@@ -581,12 +595,54 @@ def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_ag
     assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
     before = dump_db(env.url)
     # As if the kill came after n1's record moved and before n2's did.
-    done = env.state_dir / "done" / "700"
+    done = env.state_dir / "done"
     (env.spool_dir / "700").mkdir()
-    shutil.move(str(done / "n2.record"), str(env.spool_dir / "700" / "n2.record"))
+    shutil.move(str(done / "700.n2.record"), str(env.spool_dir / "700" / "n2.record"))
     assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
     assert dump_db(env.url) == before
     assert env.records() == []
+
+
+def test_records_kept_by_an_earlier_collector_in_a_job_directory_are_still_joined(
+    env: Env,
+) -> None:
+    """Collectors before 2026-11-27 kept done/<job>/<host>.record; after an upgrade a late
+    node's record still joins the nodes kept there, and a pass killed half-way through moving
+    a job stores it whole from both layouts."""
+    env.add_job(make_job("720", gpus=2, nodes=("n1", "n2", "n3")), "n1", "n2", "n3")
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    before = dump_db(env.url)
+    done = env.state_dir / "done"
+    # As an earlier collector left them: n1 in done/720/, n2 in flat done/, n3 back in the
+    # spool (its move never happened).
+    (done / "720").mkdir()
+    shutil.move(str(done / "720.n1.record"), str(done / "720" / "n1.record"))
+    (env.spool_dir / "720").mkdir()
+    shutil.move(str(done / "720.n3.record"), str(env.spool_dir / "720" / "n3.record"))
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    assert dump_db(env.url) == before
+    assert (done / "720" / "n1.record").exists() and (done / "720.n3.record").exists()
+
+
+def test_flat_done_names_are_indexed_by_job_id() -> None:
+    from slurm_gpu.collector.collector import _index_record, done_name
+
+    index: dict[str, list[str]] = {}
+    for name in (
+        done_name("42", "gpu01.cluster.example", ".record"),
+        done_name("42", "gpu02", ".record"),
+        done_name("42", "gpu02", ".jsonl"),
+        "420.gpu01.record",
+        ".42.gpu03.record.tmp",
+        "42.record",
+        "x42.gpu01.record",
+        "42",
+    ):
+        _index_record(index, name)
+    assert index == {
+        "42": ["42.gpu01.cluster.example.record", "42.gpu02.record"],
+        "420": ["420.gpu01.record"],
+    }
 
 
 def test_a_late_node_record_joins_the_nodes_already_stored(env: Env) -> None:
