@@ -2,7 +2,8 @@
 
 One pass (``Collector.run_once``):
 
-1. lists the sealed records in the spool; a record that cannot be read is moved to
+1. lists the sealed records in the spool and reads them batch by batch, each batch just before
+   its accounting query (with an inbox, all first); a record that cannot be read is moved to
    ``<state_dir>/quarantine/`` with a log line, the others go on;
 2. groups them by job and asks accounting about the jobs in batches (one query per batch);
 3. keeps for a later pass every job that is not ready: accounting not settled yet (still
@@ -41,6 +42,7 @@ and pruned. Creating a directory costs about as much as the rest of moving a job
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -547,13 +549,20 @@ class Collector:
         acc = PassTally()
         now = self.clock()
         self._done_index = self._prune_done(now)
-        pending = self._read_spool(wanted, acc)
-        if self.inbox is not None:
-            self._read_inbox(self.inbox, wanted, pending, acc)
-        ids = sorted(pending, key=_id_key)
         size = max(1, self.options.batch_size)
-        for i in range(0, len(ids), size):
-            chunk = ids[i : i + size]
+        pending: dict[str, _Pending] = {}
+        batches: Iterator[list[str]]
+        if self.inbox is None:
+            # Each batch's records read just before the batch is stored: the report worker
+            # starts on the first part while the rest of the spool is read.
+            batches = self._spool_batches(wanted, acc, pending, size)
+        else:
+            # The inbox's rows are matched against every file of the spool: all read first.
+            pending.update(self._read_spool(wanted, acc))
+            self._read_inbox(self.inbox, wanted, pending, acc)
+            ids = sorted(pending, key=_id_key)
+            batches = iter([ids[i : i + size] for i in range(0, len(ids), size)])
+        for chunk in batches:
             try:
                 jobs = self.accounting.get_jobs(chunk)
             except AccountingError as exc:
@@ -635,26 +644,48 @@ class Collector:
     # ----------------------------------------------------------------- spool
 
     def _read_spool(self, only: set[str] | None, acc: PassTally) -> dict[str, _Pending]:
+        """Every sealed record of the spool, read (``_spool_batches`` in one batch)."""
         pending: dict[str, _Pending] = {}
-        for sealed in self.reader.list_sealed(self.spool_dir):
-            if only is not None and sealed.job_id not in only:
-                continue
-            try:
-                record = self.reader.read_record(sealed.path)
-                if record.job_id != sealed.job_id:
-                    raise SpoolFormatError(
-                        f"{sealed.path}: record of job {record.job_id} in the directory of "
-                        f"job {sealed.job_id}"
-                    )
-            except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
-                self._quarantine(sealed, str(exc), acc)
-                continue
-            except FileNotFoundError:
-                continue  # vanished since the listing (a concurrent cleanup): nothing to do
-            p = pending.setdefault(sealed.job_id, _Pending(sealed.job_id, [], []))
-            p.files.append(sealed)
-            p.nodes.append(record)
+        collections.deque(self._spool_batches(only, acc, pending, 0), maxlen=0)
         return pending
+
+    def _spool_batches(
+        self, only: set[str] | None, acc: PassTally, pending: dict[str, _Pending], size: int
+    ) -> Iterator[list[str]]:
+        """Read the spool's sealed records into ``pending``, job by job in id order (a record
+        that cannot be read is quarantined), and yield the ids of every ``size`` jobs with a
+        readable record as soon as they are read (``size`` 0: all of them at the end): the
+        batches that sorting every job read would give, without reading them all first."""
+        listed: dict[str, list[SealedLike]] = {}
+        for sealed in self.reader.list_sealed(self.spool_dir):
+            if only is None or sealed.job_id in only:
+                listed.setdefault(sealed.job_id, []).append(sealed)
+        batch: list[str] = []
+        for job_id in sorted(listed, key=_id_key):
+            for sealed in listed[job_id]:
+                try:
+                    record = self.reader.read_record(sealed.path)
+                    if record.job_id != sealed.job_id:
+                        raise SpoolFormatError(
+                            f"{sealed.path}: record of job {record.job_id} in the directory of "
+                            f"job {sealed.job_id}"
+                        )
+                except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
+                    self._quarantine(sealed, str(exc), acc)
+                    continue
+                except FileNotFoundError:
+                    continue  # vanished since the listing (a concurrent cleanup): nothing to do
+                p = pending.get(job_id)
+                if p is None:
+                    p = pending[job_id] = _Pending(job_id, [], [])
+                    batch.append(job_id)
+                p.files.append(sealed)
+                p.nodes.append(record)
+            if size and len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def _read_inbox(
         self, inbox: Inbox, only: set[str] | None, pending: dict[str, _Pending], acc: PassTally

@@ -585,6 +585,46 @@ def test_parts_are_the_fewest_of_at_most_the_size_and_as_equal_as_can_be() -> No
     assert sizes(0, 128) == [0]
 
 
+def test_each_batch_is_read_just_before_it_is_stored_in_the_same_batches(env: Env) -> None:
+    """Without an inbox the spool is read batch by batch, each just before its accounting
+    query: the batches are those of reading everything first (ids in numeric order, a job
+    whose only record is unreadable quarantined and left out of its batch)."""
+    from slurm_gpu.collector.collector import _SpoolModule
+
+    events: list[str] = []
+
+    class Reader(_SpoolModule):
+        def read_record(self, path: str) -> NodeRecord:
+            events.append("read " + Path(path).parent.name)
+            return super().read_record(path)
+
+    class Accounting(FakeAccounting):
+        def get_jobs(self, job_ids):  # type: ignore[no-untyped-def]
+            events.append("query " + ",".join(job_ids))
+            return super().get_jobs(job_ids)
+
+    acc = Accounting()
+    env.accounting = acc
+    for jid in ("9", "10", "11", "12", "100"):
+        env.add_job(make_job(jid), "node1")
+    (env.spool_dir / "11" / "node1.record").write_text("not json")
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2)
+        collector.reader = Reader((str(env.spool_dir), str(env.state_dir)))
+        report = collector.run_once(missing_pass=False)
+    assert report.ingested == ("9", "10", "12", "100")  # type: ignore[attr-defined]
+    assert len(report.quarantined) == 1  # type: ignore[attr-defined]
+    assert events == [
+        "read 9",
+        "read 10",
+        "query 9,10",
+        "read 11",
+        "read 12",
+        "read 100",
+        "query 12,100",
+    ]
+
+
 def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
     env: Env,
 ) -> None:
