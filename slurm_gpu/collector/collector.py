@@ -2,18 +2,23 @@
 
 One pass (``Collector.run_once``):
 
-1. lists the sealed records in the spool; a record that cannot be read is moved to
+1. lists the sealed records in the spool and reads them batch by batch, each batch just before
+   its accounting query (with an inbox, all first); a record that cannot be read is moved to
    ``<state_dir>/quarantine/`` with a log line, the others go on;
 2. groups them by job and asks accounting about the jobs in batches (one query per batch);
 3. keeps for a later pass every job that is not ready: accounting not settled yet (still
    RUNNING or COMPLETING, or TRES not recorded: slurmdbd gets them seconds after the end),
    or a multi-node job whose other nodes have not sealed yet. After ``settle_timeout_s`` /
    ``node_wait_s`` it ingests what exists and says so (``missing_hosts``);
-4. runs the optional analysis hook and writes the batch to the store in one transaction;
-5. only after the commit, moves the job's files to ``<state_dir>/done/`` (kept
-   ``done_retention_s`` for debugging, then deleted), then, when an ``admin_comment``
-   publisher is given, writes each stored GPU job's JS1 summary into Slurm's AdminComment
-   (a failure there is counted, never undoes the commit);
+4. runs the optional analysis hook and writes the batch to the store in one transaction
+   (with the report step, in parts of at most ``REPORT_PART_JOBS`` jobs, one transaction
+   each, and step 5's report hand-over and moves after each part's commit);
+5. only after the commit, hands the stored jobs' ``gpueff`` reports to the report step
+   (``reports``; its worker renders them while the pass goes on), moves the job's files to
+   ``<state_dir>/done/`` (kept ``done_retention_s`` for debugging, then deleted), then, once
+   the batch is stored and when an ``admin_comment`` publisher is given, writes each stored
+   GPU job's JS1 summary into Slurm's AdminComment (a failure there is counted, never undoes
+   the commit);
 6. asks accounting for GPU jobs that ended recently and stores those that left no record at
    all with telemetry ``missing`` (hooks not installed, or the sampler never started).
 
@@ -25,12 +30,19 @@ With an ``inbox`` (the PostgreSQL record inbox, ``slurm_gpu.store.inbox``) the r
 there by the nodes join those of the spool: each is checked as a file is (its digest, then the
 record's own checks), a bad one moves to the inbox's quarantine table, and the rows of a stored
 job are deleted in the very transaction that stores it (``Store.write_batch``'s ``also``):
-committed together or not at all. Their bytes are kept in ``done/<job>/`` before that commit,
-like an ingested file, so a node whose record comes late joins the job's other nodes.
+committed together or not at all. Their bytes are kept in ``done/`` before that commit, like an
+ingested file, so a node whose record comes late joins the job's other nodes.
+
+``done/`` is flat: a node's files are ``done/<job>.<host>.record`` (and ``.jsonl``,
+``.state``), renamed there from the spool. Collectors before 2026-11-27 made one directory
+per job, ``done/<job>/<host>.record``; those are still read (a late node's record joins them)
+and pruned. Creating a directory costs about as much as the rest of moving a job's files
+(``docs/performance.md``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -49,6 +61,7 @@ from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.collector import crosscheck, safefs
 from slurm_gpu.collector.statedir import open_state_dir
 from slurm_gpu.errors import AccountingError, SpoolFormatError
+from slurm_gpu.gcpace import fewer_collections
 from slurm_gpu.records import JobRecord, NodeRecord
 from slurm_gpu.store import (
     TELEMETRY_COMPLETE,
@@ -71,6 +84,12 @@ _MISSING_STATE = "missing-pass.json"
 #: below it; a file planted in an inbox cannot make root read without end.
 MAX_RECORD_BYTES = 64 << 20
 _JOB_ID = re.compile(r"[0-9]{1,20}")
+#: Jobs per store transaction when the pass renders reports (``Collector.reports``): an
+#: accounting batch (``batch_size``, 500) is committed in parts of at most this many jobs, and
+#: each part's reports go to the report worker right after its commit, so that the worker
+#: renders while the collector stores the next part, and the end of the pass waits only for
+#: the last part's reports instead of a whole batch's (4 of the worker's units of 32).
+REPORT_PART_JOBS = 128
 
 Analyse = Callable[[JobRecord, Sequence[NodeRecord]], Sequence[FindingLike]]
 
@@ -269,7 +288,8 @@ class CollectorOptions:
     """Timing and batching of the collector (``[collector]`` and ``[accounting]`` settings)."""
 
     batch_size: int = 500
-    """Jobs per accounting query and per store transaction."""
+    """Jobs per accounting query and per store transaction (with the report step, a batch is
+    committed in parts of at most ``REPORT_PART_JOBS``)."""
     node_wait_s: float = 600.0
     """How long after a job's end to wait for every node's record before ingesting what
     exists (the others are listed in ``missing_hosts``)."""
@@ -465,6 +485,8 @@ class Collector:
         self.done_dir = os.path.join(state_dir, "done")
         self.quarantine_dir = os.path.join(state_dir, "quarantine")
         self._state_fd: int | None = None
+        self._done_index: dict[str, list[str]] = {}
+        """Per job id, the names of its records in flat ``done/`` when the pass began."""
 
     # ----------------------------------------------------------------- the pass
 
@@ -483,18 +505,23 @@ class Collector:
         leaves the spool then). Accounting failures are reported in ``CollectReport.errors``.
         """
         self._state_fd = open_state_dir(self.state_dir)
-        try:
-            for name in ("done", "quarantine"):
-                self._check_private(name)
-            wanted = set(only) if only is not None else None
-            if job_id is not None:
-                wanted = {job_id} if wanted is None else wanted & {job_id}
-            return self._run(wanted, missing_pass=missing_pass and job_id is None and only is None)
-        finally:
-            if self.reports is not None:
-                self.reports.flush()  # the pass ends when its report files are written
-            os.close(self._state_fd)
-            self._state_fd = None
+        # The pass keeps every record it read until it ends: fewer garbage collections
+        # (``gcpace``) instead of full ones over that growing heap.
+        with fewer_collections():
+            try:
+                for name in ("done", "quarantine"):
+                    self._check_private(name)
+                wanted = set(only) if only is not None else None
+                if job_id is not None:
+                    wanted = {job_id} if wanted is None else wanted & {job_id}
+                return self._run(
+                    wanted, missing_pass=missing_pass and job_id is None and only is None
+                )
+            finally:
+                if self.reports is not None:
+                    self.reports.flush()  # the pass ends when its report files are written
+                os.close(self._state_fd)
+                self._state_fd = None
 
     def _check_private(self, name: str) -> None:
         """Refuse to run when ``<state_dir>/<name>`` exists but is not a private directory
@@ -521,14 +548,21 @@ class Collector:
     def _run(self, wanted: set[str] | None, *, missing_pass: bool) -> CollectReport:
         acc = PassTally()
         now = self.clock()
-        self._prune_done(now)
-        pending = self._read_spool(wanted, acc)
-        if self.inbox is not None:
-            self._read_inbox(self.inbox, wanted, pending, acc)
-        ids = sorted(pending, key=_id_key)
+        self._done_index = self._prune_done(now)
         size = max(1, self.options.batch_size)
-        for i in range(0, len(ids), size):
-            chunk = ids[i : i + size]
+        pending: dict[str, _Pending] = {}
+        batches: Iterator[list[str]]
+        if self.inbox is None:
+            # Each batch's records read just before the batch is stored: the report worker
+            # starts on the first part while the rest of the spool is read.
+            batches = self._spool_batches(wanted, acc, pending, size)
+        else:
+            # The inbox's rows are matched against every file of the spool: all read first.
+            pending.update(self._read_spool(wanted, acc))
+            self._read_inbox(self.inbox, wanted, pending, acc)
+            ids = sorted(pending, key=_id_key)
+            batches = iter([ids[i : i + size] for i in range(0, len(ids), size)])
+        for chunk in batches:
             try:
                 jobs = self.accounting.get_jobs(chunk)
             except AccountingError as exc:
@@ -545,64 +579,113 @@ class Collector:
                 bundles = self._keep_inbox_records(bundles, pending)
             if not bundles:
                 continue
-            keys = [
-                f.row.key
-                for b in bundles
-                for f in pending[b.job.job_id].files
-                if isinstance(f, _InboxSealed)
-            ]
-            # The inbox rows of these jobs go in the transaction that stores them.
-            also = None
-            if self.inbox is not None and keys:
-                also = functools.partial(self.inbox.take, keys=keys)
-            self.store.write_batch(bundles, collected_at_s=now, also=also)
-            # Committed: only now may the files leave the spool.
-            for b in bundles:
-                try:
-                    self._finish(pending[b.job.job_id])
-                except OSError as exc:
-                    # Stored; the files stay in the spool and the next pass stores the job
-                    # again (idempotently) and retries the move.
-                    log.error(
-                        "job %s stored, but its files stay in the spool: %s",
-                        b.job.job_id,
-                        _why(exc),
-                    )
-                acc.ingested.append(b.job.job_id)
-                log.info(
-                    "job %s stored: %s telemetry, %d node record(s)",
-                    b.job.job_id,
-                    b.telemetry,
-                    len(b.nodes),
-                )
-            publish_stored(bundles, self.admin_comment, self.reports, acc)
+            stored: list[JobBundle] = []
+            try:
+                for part in _parts(bundles, self._part_jobs()):
+                    self._store(part, pending, now, acc)
+                    stored += part
+            finally:
+                # AdminComment once per batch, after its parts are stored and moved (those
+                # stored before a store error too: they have left the spool).
+                if stored:
+                    publish_stored(stored, self.admin_comment, None, acc)
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
 
+    def _part_jobs(self) -> int:
+        """Jobs per store transaction: with the report step, ``REPORT_PART_JOBS`` (each part's
+        reports go to the report worker as soon as it is committed, while the next part is
+        stored, and only the last part's wait at the end of the pass); without it, the whole
+        batch."""
+        return REPORT_PART_JOBS if self.reports is not None else max(1, self.options.batch_size)
+
+    def _store(
+        self, bundles: list[JobBundle], pending: dict[str, _Pending], now: float, acc: PassTally
+    ) -> None:
+        """Commit ``bundles`` in one transaction, then hand their reports over and move their
+        files to ``done/``."""
+        keys = [
+            f.row.key
+            for b in bundles
+            for f in pending[b.job.job_id].files
+            if isinstance(f, _InboxSealed)
+        ]
+        # The inbox rows of these jobs go in the transaction that stores them.
+        also = None
+        if self.inbox is not None and keys:
+            also = functools.partial(self.inbox.take, keys=keys)
+        self.store.write_batch(bundles, collected_at_s=now, also=also)
+        # Committed. The reports first: handed to the report worker, they are rendered on
+        # the other core while the files below move to done/ (the reports are read from
+        # the store, not from the spool).
+        if self.reports is not None:
+            self.reports.publish([b.job for b in bundles])
+        # Only now may the files leave the spool.
+        for b in bundles:
+            try:
+                self._finish(pending[b.job.job_id])
+            except OSError as exc:
+                # Stored; the files stay in the spool and the next pass stores the job
+                # again (idempotently) and retries the move.
+                log.error(
+                    "job %s stored, but its files stay in the spool: %s",
+                    b.job.job_id,
+                    _why(exc),
+                )
+            acc.ingested.append(b.job.job_id)
+            log.info(
+                "job %s stored: %s telemetry, %d node record(s)",
+                b.job.job_id,
+                b.telemetry,
+                len(b.nodes),
+            )
+
     # ----------------------------------------------------------------- spool
 
     def _read_spool(self, only: set[str] | None, acc: PassTally) -> dict[str, _Pending]:
+        """Every sealed record of the spool, read (``_spool_batches`` in one batch)."""
         pending: dict[str, _Pending] = {}
-        for sealed in self.reader.list_sealed(self.spool_dir):
-            if only is not None and sealed.job_id not in only:
-                continue
-            try:
-                record = self.reader.read_record(sealed.path)
-                if record.job_id != sealed.job_id:
-                    raise SpoolFormatError(
-                        f"{sealed.path}: record of job {record.job_id} in the directory of "
-                        f"job {sealed.job_id}"
-                    )
-            except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
-                self._quarantine(sealed, str(exc), acc)
-                continue
-            except FileNotFoundError:
-                continue  # vanished since the listing (a concurrent cleanup): nothing to do
-            p = pending.setdefault(sealed.job_id, _Pending(sealed.job_id, [], []))
-            p.files.append(sealed)
-            p.nodes.append(record)
+        collections.deque(self._spool_batches(only, acc, pending, 0), maxlen=0)
         return pending
+
+    def _spool_batches(
+        self, only: set[str] | None, acc: PassTally, pending: dict[str, _Pending], size: int
+    ) -> Iterator[list[str]]:
+        """Read the spool's sealed records into ``pending``, job by job in id order (a record
+        that cannot be read is quarantined), and yield the ids of every ``size`` jobs with a
+        readable record as soon as they are read (``size`` 0: all of them at the end): the
+        batches that sorting every job read would give, without reading them all first."""
+        listed: dict[str, list[SealedLike]] = {}
+        for sealed in self.reader.list_sealed(self.spool_dir):
+            if only is None or sealed.job_id in only:
+                listed.setdefault(sealed.job_id, []).append(sealed)
+        batch: list[str] = []
+        for job_id in sorted(listed, key=_id_key):
+            for sealed in listed[job_id]:
+                try:
+                    record = self.reader.read_record(sealed.path)
+                    if record.job_id != sealed.job_id:
+                        raise SpoolFormatError(
+                            f"{sealed.path}: record of job {record.job_id} in the directory of "
+                            f"job {sealed.job_id}"
+                        )
+                except (SpoolFormatError, ValueError, TypeError, KeyError) as exc:
+                    self._quarantine(sealed, str(exc), acc)
+                    continue
+                except FileNotFoundError:
+                    continue  # vanished since the listing (a concurrent cleanup): nothing to do
+                p = pending.get(job_id)
+                if p is None:
+                    p = pending[job_id] = _Pending(job_id, [], [])
+                    batch.append(job_id)
+                p.files.append(sealed)
+                p.nodes.append(record)
+            if size and len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def _read_inbox(
         self, inbox: Inbox, only: set[str] | None, pending: dict[str, _Pending], acc: PassTally
@@ -664,7 +747,7 @@ class Collector:
     def _keep_inbox_records(
         self, bundles: list[JobBundle], pending: dict[str, _Pending]
     ) -> list[JobBundle]:
-        """Write the inbox records of ``bundles`` to ``done/<job>/<host>.record`` before the
+        """Write the inbox records of ``bundles`` to ``done/<job>.<host>.record`` before the
         commit that deletes their rows (a copy written for a commit that then fails is
         rewritten by the next pass). A job whose copy cannot be written is left in the inbox
         for the next pass: storing it would lose the record for a late node's re-store."""
@@ -674,19 +757,19 @@ class Collector:
             rows = [f for f in pending[b.job.job_id].files if isinstance(f, _InboxSealed)]
             try:
                 if rows:
-                    with (
-                        _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as d,
-                        _closing(
-                            safefs.open_private_dir(b.job.job_id, dir_fd=d, create=True)
-                        ) as dest,
-                    ):
+                    with _closing(
+                        safefs.open_private_dir("done", dir_fd=state, create=True)
+                    ) as dest:
                         for f in rows:
                             assert f.row.data is not None  # checked when read
                             # Not fsynced, as durable as a file inbox's record moved to done/
                             # (a rename): a killed collector loses nothing of it, and an fsync
                             # per job would cost more than the rest of its ingest.
                             safefs.write_replace(
-                                f.hostname + ".record", f.row.data, dir_fd=dest, sync=False
+                                done_name(b.job.job_id, f.hostname, ".record"),
+                                f.row.data,
+                                dir_fd=dest,
+                                sync=False,
                             )
             except OSError as exc:
                 log.error(
@@ -818,25 +901,31 @@ class Collector:
         return False
 
     def _stored_nodes(self, p: _Pending, job: JobRecord) -> list[NodeRecord]:
-        """Records in ``done/<job>/`` of hosts that ``p`` has none for, from this run of the
-        job: a record that ended before the job (re)started belongs to an earlier run of a
-        requeued job and is left out."""
-        done = os.path.join(self.done_dir, p.job_id)
+        """Records in ``done/`` (``<job>.<host>.record``, or ``<job>/<host>.record`` as
+        collectors before 2026-11-27 kept them) of hosts that ``p`` has none for, from this run
+        of the job: a record that ended before the job (re)started belongs to an earlier run of
+        a requeued job and is left out."""
         have = {_short(n.hostname) for n in p.nodes}
+        paths = [os.path.join(self.done_dir, n) for n in sorted(self._done_index.get(p.job_id, ()))]
+        old = os.path.join(self.done_dir, p.job_id)
         try:
-            parent, name = _open_parent(done, (self.state_dir,))
+            parent, name = _open_parent(old, (self.state_dir,))
             with _closing(parent), _closing(safefs.open_dir(name, dir_fd=parent)) as fd:
-                names = list(_regular_names(fd, done))
+                paths += [os.path.join(old, n) for n in _regular_names(fd, old)]
         except FileNotFoundError:
-            return []
+            pass
         except OSError as exc:
-            log.error("job %s: stored records in %s not read: %s", p.job_id, done, _why(exc))
-            return []
+            log.error("job %s: stored records in %s not read: %s", p.job_id, old, _why(exc))
         out = []
-        for name in names:
-            if not name.endswith(".record") or _short(name[: -len(".record")]) in have:
+        for path in paths:
+            name = os.path.basename(path)
+            if not name.endswith(".record"):
                 continue
-            path = os.path.join(done, name)
+            host = name[: -len(".record")]
+            if os.path.dirname(path) == self.done_dir:
+                host = host[len(p.job_id) + 1 :]
+            if _short(host) in have:
+                continue
             try:
                 record = self.reader.read_record(path)
             except (OSError, SpoolFormatError, ValueError, TypeError, KeyError) as exc:
@@ -851,12 +940,13 @@ class Collector:
         return out
 
     def _finish(self, p: _Pending) -> None:
-        """Move an ingested job's files to ``done/`` (the record last) and tidy its spool dir.
+        """Move an ingested job's files to ``done/`` as ``<job>.<host><suffix>`` (the record
+        last, each file's time set to now: ``done/`` is pruned by it) and tidy its spool dir.
 
         Every name is resolved relative to a directory descriptor without following a
-        symlink: ``done/`` and ``done/<job>/`` must be private directories of root, and the
-        spool's job directory must be a real directory. Records of the PostgreSQL inbox have
-        no files to move (their rows went with the commit). Raises ``OSError``."""
+        symlink: ``done/`` must be a private directory of root, and the spool's job directory
+        must be a real directory. Records of the PostgreSQL inbox have no files to move (their
+        rows went with the commit). Raises ``OSError``."""
         files = [f for f in p.files if not isinstance(f, _InboxSealed)]
         if not files:
             return
@@ -864,8 +954,7 @@ class Collector:
         top = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         with (
             _closing(top),
-            _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as done,
-            _closing(safefs.open_private_dir(p.job_id, dir_fd=done, create=True)) as dest,
+            _closing(safefs.open_private_dir("done", dir_fd=state, create=True)) as dest,
             _closing(safefs.open_dir(p.job_id, dir_fd=top)) as src,
         ):
             for sealed in files:
@@ -876,30 +965,37 @@ class Collector:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(host + suffix, dir_fd=src)
                 for suffix in _KEEP_SUFFIXES:
+                    kept = done_name(p.job_id, host, suffix)
                     with contextlib.suppress(FileNotFoundError):
-                        safefs.move(host + suffix, src_fd=src, dst_fd=dest, dst_name=host + suffix)
+                        safefs.move(host + suffix, src_fd=src, dst_fd=dest, dst_name=kept)
+                        _touch(kept, dest)
                 name = os.path.basename(sealed.path)
+                kept = done_name(p.job_id, name[: -len(".record")], ".record")
                 safefs.move(
-                    name, src_fd=src, dst_fd=dest, dst_name=name, max_bytes=MAX_RECORD_BYTES
+                    name, src_fd=src, dst_fd=dest, dst_name=kept, max_bytes=MAX_RECORD_BYTES
                 )
+                _touch(kept, dest)
             with contextlib.suppress(OSError):
                 # Only when empty: other nodes' files may still be arriving.
                 os.rmdir(p.job_id, dir_fd=top)
 
-    def _prune_done(self, now: float) -> None:
-        """Delete the job directories in ``done/`` older than ``done_retention_s``, through
-        ``done/``'s descriptor: a symlink in ``done/`` is removed (the link, not its target),
-        and ``rmtree`` runs only in its descriptor-based form, which never follows one."""
+    def _prune_done(self, now: float) -> dict[str, list[str]]:
+        """Delete the files (and the job directories of earlier collectors) in ``done/`` older
+        than ``done_retention_s``, through ``done/``'s descriptor: a symlink in ``done/`` is
+        removed (the link, not its target), and ``rmtree`` runs only in its descriptor-based
+        form, which never follows one. Returns, per job id, the names of the records left
+        in flat ``done/`` (``_stored_nodes`` reads them)."""
+        index: dict[str, list[str]] = {}
         if not shutil.rmtree.avoids_symlink_attacks:
             log.error("done/ not pruned: this platform's rmtree can follow symlinks")
-            return
+            return self._done_records()
         try:
             done = safefs.open_private_dir("done", dir_fd=self._state_fd_now())
         except FileNotFoundError:
-            return
+            return index
         except OSError as exc:
             log.error("%s not pruned: %s", self.done_dir, _why(exc))
-            return
+            return index
         with _closing(done):
             with os.scandir(done) as it:
                 names = [e.name for e in it]
@@ -912,6 +1008,8 @@ class Collector:
                         )
                         os.unlink(name, dir_fd=done)
                     elif now - st.st_mtime <= self.options.done_retention_s:
+                        if stat.S_ISREG(st.st_mode):
+                            _index_record(index, name)
                         continue
                     elif stat.S_ISDIR(st.st_mode):
                         shutil.rmtree(name, dir_fd=done)
@@ -919,6 +1017,20 @@ class Collector:
                         os.unlink(name, dir_fd=done)
                 except OSError as exc:
                     log.warning("%s/%s not pruned: %s", self.done_dir, name, _why(exc))
+        return index
+
+    def _done_records(self) -> dict[str, list[str]]:
+        """``_prune_done``'s index without pruning."""
+        index: dict[str, list[str]] = {}
+        try:
+            done = safefs.open_private_dir("done", dir_fd=self._state_fd_now())
+        except OSError:
+            return index
+        with _closing(done), os.scandir(done) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    _index_record(index, e.name)
+        return index
 
     # ----------------------------------------------------------------- missing telemetry
 
@@ -978,6 +1090,37 @@ class Collector:
         safefs.write_replace(
             _MISSING_STATE, json.dumps({"checked_until_s": end}).encode(), dir_fd=state
         )
+
+
+def _parts(items: list[JobBundle], most: int) -> list[list[JobBundle]]:
+    """``items`` cut into the fewest parts of at most ``most``, of sizes as equal as can be
+    (500 in parts of 128: four of 125)."""
+    count = max(1, -(-len(items) // max(1, most)))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for k in range(count):
+        end = start + size + (1 if k < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def done_name(job_id: str, host: str, suffix: str) -> str:
+    """The name of a node's file in ``done/``: ``<job>.<host><suffix>``."""
+    return f"{job_id}.{host}{suffix}"
+
+
+def _index_record(index: dict[str, list[str]], name: str) -> None:
+    """Add ``name`` to ``index`` under its job id when it is a record of flat ``done/``."""
+    job, dot, rest = name.partition(".")
+    if dot and rest.endswith(".record") and len(rest) > len(".record") and _JOB_ID.fullmatch(job):
+        index.setdefault(job, []).append(name)
+
+
+def _touch(name: str, dir_fd: int) -> None:
+    """Set ``name``'s times to now: a rename keeps a file's modification time, and ``done/``
+    is pruned by the time a file was moved there."""
+    os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

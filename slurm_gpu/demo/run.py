@@ -279,8 +279,12 @@ def _record(echo: Echo, settings: Settings, jobs: list[Submitted], directory: Pa
     }
     for job in jobs:
         record = accounting.get(job.job_id)
-        done = Path(settings.paths.state_dir) / "done" / job.job_id
-        nodes = [decode_record(p.read_bytes(), where=str(p)) for p in sorted(done.glob("*.record"))]
+        done = Path(settings.paths.state_dir) / "done"
+        # done/<job>.<host>.record; done/<job>/<host>.record from collectors before 2026-11-27.
+        paths = sorted(done.glob(f"{job.job_id}.*.record")) + sorted(
+            (done / job.job_id).glob("*.record")
+        )
+        nodes = [decode_record(p.read_bytes(), where=str(p)) for p in paths]
         if record is None or not nodes:
             echo.err(f"job {job.job_id}: nothing to record")
             continue

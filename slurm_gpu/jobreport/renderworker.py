@@ -76,6 +76,7 @@ class _ToChannel(logging.Handler):
 def serve(stdin: IO[bytes], channel: _Channel) -> int:
     """Render the units read from ``stdin`` until its end; returns the exit status."""
     from slurm_gpu.config import Settings
+    from slurm_gpu.gcpace import fewer_collections
     from slurm_gpu.jobreport.prerender import ReportPrerenderer
 
     settings = pickle.load(stdin)
@@ -86,20 +87,22 @@ def serve(stdin: IO[bytes], channel: _Channel) -> int:
         settings, collector=dataclasses.replace(settings.collector, report_worker=False)
     )
     renderer = ReportPrerenderer(alone, store=None)
-    while True:
-        try:
-            unit, jobs = pickle.load(stdin)
-        except EOFError:
-            return 0
-        try:
-            reports, files = renderer.render(jobs)
-            renderer.files.write(files)
-        except Exception:  # as in the collector's process: logged, gpueff renders them itself
-            logging.getLogger("slurm_gpu.prerender").exception(
-                "rendering gpueff reports failed; gpueff will render them itself"
-            )
-            reports = []
-        channel.send({"unit": unit, "reports": [dataclasses.asdict(r) for r in reports]})
+    # Paced as the collector's pass is (``gcpace``): each unit reads its jobs' timelines.
+    with fewer_collections():
+        while True:
+            try:
+                unit, jobs = pickle.load(stdin)
+            except EOFError:
+                return 0
+            try:
+                reports, files = renderer.render(jobs)
+                renderer.files.write(files)
+            except Exception:  # as in the collector's process: logged, gpueff renders them
+                logging.getLogger("slurm_gpu.prerender").exception(
+                    "rendering gpueff reports failed; gpueff will render them itself"
+                )
+                reports = []
+            channel.send({"unit": unit, "reports": [dataclasses.asdict(r) for r in reports]})
 
 
 def main() -> int:

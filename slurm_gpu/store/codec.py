@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
-from slurm_gpu.capture.recordcodec import build_points
+from slurm_gpu.capture.recordcodec import TimelineColumns, build_points, kept_columns
 from slurm_gpu.errors import StoreError
 from slurm_gpu.lazy import optional_module
 from slurm_gpu.records import Distribution, TimelinePoint
@@ -139,6 +139,30 @@ def _gpu_columns_fast(
         return None
     if matrix.shape != (len(points), gpu_count):
         return None
+    return _pack_gpu_matrix(np, matrix.T, kind, top)
+
+
+def _gpu_lists_fast(
+    columns: Sequence[Sequence[Any]], n: int, kind: str, top: int
+) -> list[bytes] | None:
+    """``_gpu_columns_fast`` for a timeline kept as columns (one list of ``n`` values per
+    GPU, ``recordcodec.TimelineColumns``): the same bytes, without reading the points."""
+    np = optional_module("numpy")
+    if np is None or n == 0 or not columns:
+        return None
+    try:
+        matrix = np.array(columns, dtype=np.int64 if kind == "mib" else np.float64)
+    except (TypeError, ValueError, OverflowError):  # a None, a ragged column, a huge int
+        return None
+    if matrix.shape != (len(columns), n):
+        return None
+    return _pack_gpu_matrix(np, matrix, kind, top)
+
+
+def _pack_gpu_matrix(np: Any, matrix: Any, kind: str, top: int) -> list[bytes] | None:
+    """The packed bytes of each row of ``matrix`` (one row per GPU, one column per point);
+    ``None`` where a value is not finite or a memory value negative (see
+    ``_gpu_columns_fast``)."""
     if kind == "mib":
         if matrix.min() < 0:
             return None
@@ -151,15 +175,19 @@ def _gpu_columns_fast(
         scaled = matrix * (100.0 if kind == "util" else 10.0)
         q = np.where(matrix <= 0, 0, np.where(scaled >= top, top, (scaled + 0.5).astype(np.int64)))
         dtype = "<u2" if kind == "util" else "<u4"
-    return [q[:, g].astype(dtype).tobytes() for g in range(gpu_count)]
+    return [row.astype(dtype).tobytes() for row in q]
 
 
 def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     """Pack a per-node timeline column by column (columns compress far better than rows).
 
     ``gpu_count`` is the width of every per-GPU tuple; a point with a shorter tuple is padded
-    with "not reported".
+    with "not reported". A timeline decoded from a sealed record
+    (``recordcodec.ColumnTimeline``) is packed from the columns it keeps, to the same bytes.
     """
+    kept = kept_columns(points)
+    if kept is not None and kept.gpu_count == gpu_count and len(kept.t_s) == len(points):
+        return _encode_columns(kept)
     n = len(points)
     t0 = points[0].t_s if points else 0.0
     top = _U32_NONE - 1
@@ -182,6 +210,35 @@ def encode_timeline(points: Sequence[TimelinePoint], gpu_count: int) -> bytes:
     powers = _gpu_columns_fast(points, "gpu_power_w", gpu_count, "power", top) or [
         _le(array("I", _q_col(c, 10, _U32_NONE, top)))
         for c in _column(points, "gpu_power_w", gpu_count)
+    ]
+    for g in range(gpu_count):
+        parts += (utils[g], mems[g], powers[g])
+    return bytes([_VERSION]) + zlib.compress(b"".join(parts), _TIMELINE_ZLIB_LEVEL)
+
+
+def _encode_columns(c: TimelineColumns) -> bytes:
+    """``encode_timeline`` of the points built from ``c``, from the columns themselves: each
+    step is the one ``encode_timeline`` takes on the same values (read per GPU instead of per
+    point), so the bytes are the same (a test compares them)."""
+    n, gpu_count = len(c.t_s), c.gpu_count
+    t0 = c.t_s[0] if n else 0.0
+    top = _U32_NONE - 1
+    t_ms = array("q", [round((t - t0) * 1000) for t in c.t_s])
+    width_ms = array("I", _q_col(c.width_s, 1000, _U32_NONE, top))
+    counts = c.samples
+    samples = array("I", counts if not counts or min(counts) >= 0 else [max(0, v) for v in counts])
+    cpu = array("I", _q_col(c.host_cpu_cores, 100, _U32_NONE, top))
+    rss = array("I", _mib_col(c.host_rss_max_bytes))
+    parts = [struct.pack("<IId", n, gpu_count, t0), _le(t_ms), _le(width_ms), _le(samples)]
+    parts += [_le(cpu), _le(rss)]
+    utils = _gpu_lists_fast(c.gpu_utilization_pct, n, "util", 10000) or [
+        _le(array("H", _q_col(col, 100, _U16_NONE, 10000))) for col in c.gpu_utilization_pct
+    ]
+    mems = _gpu_lists_fast(c.gpu_memory_used_max_bytes, n, "mib", top) or [
+        _le(array("I", _mib_col(col))) for col in c.gpu_memory_used_max_bytes
+    ]
+    powers = _gpu_lists_fast(c.gpu_power_w, n, "power", top) or [
+        _le(array("I", _q_col(col, 10, _U32_NONE, top))) for col in c.gpu_power_w
     ]
     for g in range(gpu_count):
         parts += (utils[g], mems[g], powers[g])

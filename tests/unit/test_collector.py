@@ -98,8 +98,10 @@ def test_ingests_records_in_batches_and_moves_them_after_the_commit(env: Env) ->
     assert [len(c) for c in env.accounting.get_calls] == [2, 2, 1]
     assert env.records() == []
     assert not any((env.spool_dir / str(100 + i)).exists() for i in range(5))
-    assert (env.state_dir / "done" / "100" / "node1.record").exists()
-    assert (env.state_dir / "done" / "100" / "node1.jsonl").exists()
+    # Flat done/: <job>.<host>.record (and the host's other files), no directory per job.
+    assert (env.state_dir / "done" / "100.node1.record").exists()
+    assert (env.state_dir / "done" / "100.node1.jsonl").exists()
+    assert not any(p.is_dir() for p in (env.state_dir / "done").iterdir())
     with Store.open(env.url) as store:
         got = store.get_job("103")
         assert got is not None
@@ -125,7 +127,7 @@ def test_running_twice_or_reingesting_the_same_records_gives_the_same_store(
         os.makedirs(env.spool_dir / job, exist_ok=True)
         for host in ("n1", "n2"):
             shutil.copy(
-                env.state_dir / "done" / job / f"{host}.record",
+                env.state_dir / "done" / f"{job}.{host}.record",
                 env.spool_dir / job / f"{host}.record",
             )
     assert len(env.records()) == 6
@@ -318,13 +320,25 @@ def test_job_option_restricts_the_pass_to_one_job(env: Env) -> None:
 
 
 def test_done_files_are_pruned_after_the_retention(env: Env) -> None:
+    """A file in done/ is pruned by the time it was moved there (a rename keeps the time the
+    node wrote it, so the collector sets it), and a job directory of an earlier collector
+    (done/<job>/) by its own time."""
     env.add_job(make_job("1400"), "node1")
+    record = env.seal(make_node("1400", "node1"))
+    os.utime(record, (END - 30 * 86400, END - 30 * 86400))  # sealed long ago
     env.run()
-    done = env.state_dir / "done" / "1400"
-    assert done.exists()
-    os.utime(done, (END - 10 * 86400, END - 10 * 86400))
+    done = env.state_dir / "done"
+    moved = done / "1400.node1.record"
+    assert moved.exists() and moved.stat().st_mtime > END - 86400
+    old = done / "1300"
+    old.mkdir()
+    (old / "node1.record").write_bytes(moved.read_bytes())
+    env.run(done_retention_s=86400 * 365)
+    assert moved.exists() and old.exists()
+    for path in (moved, done / "1400.node1.jsonl", old):
+        os.utime(path, (END - 10 * 86400, END - 10 * 86400))
     env.run(done_retention_s=86400)
-    assert not done.exists()
+    assert sorted(p.name for p in done.iterdir()) == []
 
 
 def test_the_lock_admits_one_collector(tmp_path: Path) -> None:
@@ -402,6 +416,215 @@ def test_a_pass_returns_after_its_report_files_are_written(env: Env) -> None:
     ]
 
 
+def test_reports_are_handed_over_after_the_commit_before_the_files_move(env: Env) -> None:
+    """Each batch's reports go to the report step right after its commit, while its records
+    are still in the spool (the report worker renders them while the files move); the
+    AdminComment step comes after the move."""
+    from collections.abc import Sequence
+
+    events: list[tuple[str, tuple[str, ...], list[str]]] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            with Store.open(env.url) as store:  # committed: readable from a second connection
+                assert all(store.get_job(j.job_id) is not None for j in jobs)
+            events.append(("reports", tuple(j.job_id for j in jobs), env.records()))
+            return len(jobs)
+
+        def flush(self) -> None:
+            events.append(("flush", (), env.records()))
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            ids = tuple(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            events.append(("admin_comment", ids, env.records()))
+            return list(ids), []
+
+    for i in range(3):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2)
+        collector.reports = Reports()
+        collector.admin_comment = Comments()
+        assert collector.run_once(missing_pass=False).ingested == ("100", "101", "102")
+    assert events == [
+        ("reports", ("100", "101"), ["100/node1", "101/node1", "102/node1"]),
+        ("admin_comment", ("100", "101"), ["102/node1"]),
+        ("reports", ("102",), ["102/node1"]),
+        ("admin_comment", ("102",), []),
+        ("flush", (), []),
+    ]
+
+
+@pytest.mark.parametrize("with_reports", [True, False])
+def test_with_reports_a_batch_is_committed_in_parts_each_handed_over_after_its_commit(
+    env: Env, monkeypatch: pytest.MonkeyPatch, with_reports: bool
+) -> None:
+    """With the report step, an accounting batch is stored in parts of at most
+    ``REPORT_PART_JOBS`` jobs (one transaction each, sizes as equal as can be), each part's
+    reports handed over after its commit; AdminComment once per batch. Without it, one
+    transaction per batch as before."""
+    from collections.abc import Sequence
+
+    from slurm_gpu.collector import collector as collector_mod
+
+    monkeypatch.setattr(collector_mod, "REPORT_PART_JOBS", 2)
+    events: list[tuple[str, tuple[str, ...]]] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            events.append(("reports", tuple(j.job_id for j in jobs)))
+            return len(jobs)
+
+        def flush(self) -> None:
+            pass
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            ids = tuple(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            events.append(("admin_comment", ids))
+            return list(ids), []
+
+    for i in range(7):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        write_batch = store.write_batch
+
+        def counted(bundles: Sequence[object], **kw: object) -> None:
+            events.append(("commit", tuple(b.job.job_id for b in bundles)))  # type: ignore[attr-defined]
+            write_batch(bundles, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "write_batch", counted)
+        collector = env.collector(store, batch_size=5)
+        collector.reports = Reports() if with_reports else None
+        collector.admin_comment = Comments()
+        report = collector.run_once(missing_pass=False)
+    assert report.ingested == tuple(str(100 + i) for i in range(7))
+    assert env.records() == []
+    if not with_reports:
+        assert events == [
+            ("commit", ("100", "101", "102", "103", "104")),
+            ("admin_comment", ("100", "101", "102", "103", "104")),
+            ("commit", ("105", "106")),
+            ("admin_comment", ("105", "106")),
+        ]
+        return
+    assert events == [
+        ("commit", ("100", "101")),
+        ("reports", ("100", "101")),
+        ("commit", ("102", "103")),
+        ("reports", ("102", "103")),
+        ("commit", ("104",)),
+        ("reports", ("104",)),
+        ("admin_comment", ("100", "101", "102", "103", "104")),
+        ("commit", ("105", "106")),
+        ("reports", ("105", "106")),
+        ("admin_comment", ("105", "106")),
+    ]
+
+
+def test_a_store_error_in_a_later_part_still_publishes_the_parts_stored_before(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part that cannot be stored ends the pass with the store's error, as a batch did; the
+    parts committed before it have left the spool, so their AdminComment is still written."""
+    from collections.abc import Sequence
+
+    from slurm_gpu.collector import collector as collector_mod
+    from slurm_gpu.errors import StoreError
+
+    monkeypatch.setattr(collector_mod, "REPORT_PART_JOBS", 2)
+    commented: list[str] = []
+
+    class Reports:
+        def publish(self, jobs: Sequence[JobRecord]) -> int:
+            return len(jobs)
+
+        def flush(self) -> None:
+            pass
+
+    class Comments:
+        def publish(self, bundles: Sequence[object]) -> tuple[list[str], list[str]]:
+            commented.extend(b.job.job_id for b in bundles)  # type: ignore[attr-defined]
+            return [], []
+
+    for i in range(4):
+        env.add_job(make_job(str(100 + i)), "node1")
+    with Store.open(env.url) as store:
+        write_batch = store.write_batch
+
+        def failing(bundles: Sequence[object], **kw: object) -> None:
+            if any(b.job.job_id == "102" for b in bundles):  # type: ignore[attr-defined]
+                raise StoreError("disk full")
+            write_batch(bundles, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "write_batch", failing)
+        collector = env.collector(store, batch_size=10)
+        collector.reports = Reports()
+        collector.admin_comment = Comments()
+        with pytest.raises(StoreError):
+            collector.run_once(missing_pass=False)
+    assert commented == ["100", "101"]
+    assert env.records() == ["102/node1", "103/node1"]
+
+
+def test_parts_are_the_fewest_of_at_most_the_size_and_as_equal_as_can_be() -> None:
+    from slurm_gpu.collector.collector import _parts
+
+    def sizes(n: int, most: int) -> list[int]:
+        items = list(range(n))
+        parts = _parts(items, most)  # type: ignore[arg-type]
+        assert [x for p in parts for x in p] == items
+        return [len(p) for p in parts]
+
+    assert sizes(500, 128) == [125, 125, 125, 125]
+    assert sizes(129, 128) == [65, 64]
+    assert sizes(128, 128) == [128]
+    assert sizes(5, 2) == [2, 2, 1]
+    assert sizes(1, 128) == [1]
+    assert sizes(0, 128) == [0]
+
+
+def test_each_batch_is_read_just_before_it_is_stored_in_the_same_batches(env: Env) -> None:
+    """Without an inbox the spool is read batch by batch, each just before its accounting
+    query: the batches are those of reading everything first (ids in numeric order, a job
+    whose only record is unreadable quarantined and left out of its batch)."""
+    from slurm_gpu.collector.collector import _SpoolModule
+
+    events: list[str] = []
+
+    class Reader(_SpoolModule):
+        def read_record(self, path: str) -> NodeRecord:
+            events.append("read " + Path(path).parent.name)
+            return super().read_record(path)
+
+    class Accounting(FakeAccounting):
+        def get_jobs(self, job_ids):  # type: ignore[no-untyped-def]
+            events.append("query " + ",".join(job_ids))
+            return super().get_jobs(job_ids)
+
+    acc = Accounting()
+    env.accounting = acc
+    for jid in ("9", "10", "11", "12", "100"):
+        env.add_job(make_job(jid), "node1")
+    (env.spool_dir / "11" / "node1.record").write_text("not json")
+    with Store.open(env.url) as store:
+        collector = env.collector(store, batch_size=2)
+        collector.reader = Reader((str(env.spool_dir), str(env.state_dir)))
+        report = collector.run_once(missing_pass=False)
+    assert report.ingested == ("9", "10", "12", "100")  # type: ignore[attr-defined]
+    assert len(report.quarantined) == 1  # type: ignore[attr-defined]
+    assert events == [
+        "read 9",
+        "read 10",
+        "query 9,10",
+        "read 11",
+        "read 12",
+        "read 100",
+        "query 12,100",
+    ]
+
+
 def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_again(
     env: Env,
 ) -> None:
@@ -412,12 +635,54 @@ def test_a_pass_killed_while_moving_a_multi_node_jobs_records_stores_it_whole_ag
     assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
     before = dump_db(env.url)
     # As if the kill came after n1's record moved and before n2's did.
-    done = env.state_dir / "done" / "700"
+    done = env.state_dir / "done"
     (env.spool_dir / "700").mkdir()
-    shutil.move(str(done / "n2.record"), str(env.spool_dir / "700" / "n2.record"))
+    shutil.move(str(done / "700.n2.record"), str(env.spool_dir / "700" / "n2.record"))
     assert env.run().ingested == ("700",)  # type: ignore[attr-defined]
     assert dump_db(env.url) == before
     assert env.records() == []
+
+
+def test_records_kept_by_an_earlier_collector_in_a_job_directory_are_still_joined(
+    env: Env,
+) -> None:
+    """Collectors before 2026-11-27 kept done/<job>/<host>.record; after an upgrade a late
+    node's record still joins the nodes kept there, and a pass killed half-way through moving
+    a job stores it whole from both layouts."""
+    env.add_job(make_job("720", gpus=2, nodes=("n1", "n2", "n3")), "n1", "n2", "n3")
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    before = dump_db(env.url)
+    done = env.state_dir / "done"
+    # As an earlier collector left them: n1 in done/720/, n2 in flat done/, n3 back in the
+    # spool (its move never happened).
+    (done / "720").mkdir()
+    shutil.move(str(done / "720.n1.record"), str(done / "720" / "n1.record"))
+    (env.spool_dir / "720").mkdir()
+    shutil.move(str(done / "720.n3.record"), str(env.spool_dir / "720" / "n3.record"))
+    assert env.run().ingested == ("720",)  # type: ignore[attr-defined]
+    assert dump_db(env.url) == before
+    assert (done / "720" / "n1.record").exists() and (done / "720.n3.record").exists()
+
+
+def test_flat_done_names_are_indexed_by_job_id() -> None:
+    from slurm_gpu.collector.collector import _index_record, done_name
+
+    index: dict[str, list[str]] = {}
+    for name in (
+        done_name("42", "gpu01.cluster.example", ".record"),
+        done_name("42", "gpu02", ".record"),
+        done_name("42", "gpu02", ".jsonl"),
+        "420.gpu01.record",
+        ".42.gpu03.record.tmp",
+        "42.record",
+        "x42.gpu01.record",
+        "42",
+    ):
+        _index_record(index, name)
+    assert index == {
+        "42": ["42.gpu01.cluster.example.record", "42.gpu02.record"],
+        "420": ["420.gpu01.record"],
+    }
 
 
 def test_a_late_node_record_joins_the_nodes_already_stored(env: Env) -> None:

@@ -245,7 +245,7 @@ def test_records_travel_from_the_node_spool_to_the_store(db: InboxDb, tmp_path: 
         stored = store.get_job("21", timelines=True)
         assert stored is not None and stored.nodes[0] == spool.decode_record(original)
     # Kept like an ingested file, for a late node's record of the same job.
-    assert (tmp_path / "state" / "done" / "21" / "n1.record").read_bytes() == original
+    assert (tmp_path / "state" / "done" / "21.n1.record").read_bytes() == original
 
 
 def test_a_push_repeated_after_a_crash_is_harmless(db: InboxDb, tmp_path: Path) -> None:

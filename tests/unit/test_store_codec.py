@@ -124,3 +124,93 @@ def test_a_nan_is_refused_by_both_encoders() -> None:
         codec.encode_timeline((p,), 1)
     with pytest.raises(ValueError):
         _value_by_value((p,), 1)
+
+
+def _sealed_and_read(points: tuple[TimelinePoint, ...], gpus: int) -> tuple[TimelinePoint, ...]:
+    """``points`` as the collector gets them: in a sealed record, read back."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from store_fixtures import make_node
+
+    from slurm_gpu.capture import spool
+
+    node = dataclasses.replace(make_node("7", gpus=gpus), timeline=points)
+    return spool.decode_record(spool.encode_record(node)).timeline
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {},
+        {"gpu_utilization_pct": (150.0, -5.0, 0.0, -0.0)},
+        {"gpu_power_w": (1e12, 0.05, 0.04999, 700.0)},
+        {"gpu_memory_used_max_bytes": (2**63 + 5, 1, 2, 3)},  # beyond numpy's int64
+        {"gpu_memory_used_max_bytes": (-3, 1, 2, 3)},
+        {"gpu_utilization_pct": (None, 1.0, 2.0, 3.0)},
+        {"host_cpu_cores": None, "host_rss_max_bytes": None, "samples": -1},
+        {"gpu_power_w": (1, 2, 3, 4), "width_s": 10},  # integers where floats are expected
+    ],
+)
+@pytest.mark.parametrize("gpu_count", [4, 3, 5])
+def test_a_sealed_records_timeline_packs_from_its_columns_to_the_same_bytes(
+    edit: dict[str, object], gpu_count: int
+) -> None:
+    """A timeline read from a sealed record keeps its checked columns
+    (``recordcodec.ColumnTimeline``), and the store packs it from them: the bytes must be
+    those of the same points packed point by point, and of the value-by-value encoder. A
+    ``gpu_count`` other than the columns' width takes the points' path (padding or cutting)."""
+    from slurm_gpu.capture.recordcodec import ColumnTimeline, kept_columns
+
+    points = tuple(
+        TimelinePoint(
+            1.7e9 + 10 * i + i / 3,
+            10.0,
+            1 + i % 2,
+            (12.345 + i, 50.0, 99.0, 3.5),
+            (5 * MIB + i, 2 * MIB, 40 * 1024 * MIB, 0),
+            (250.04, 100.0 + i / 7, 60.0, 0.0),
+            3.2,
+            7 * MIB,
+        )
+        for i in range(50)
+    )
+    edited = tuple(dataclasses.replace(p, **edit) if i == 7 else p for i, p in enumerate(points))  # type: ignore[arg-type]
+    read = _sealed_and_read(edited, 4)
+    assert type(read) is ColumnTimeline and kept_columns(read) is not None
+    assert read == tuple(read)
+    plain = tuple(read)
+    assert kept_columns(plain) is None
+    assert codec.encode_timeline(read, gpu_count) == codec.encode_timeline(plain, gpu_count)
+    assert codec.encode_timeline(read, gpu_count) == _value_by_value(plain, gpu_count)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_an_empty_or_gpu_less_sealed_timeline_packs_as_its_points(gpus: int) -> None:
+    for points in [
+        (),
+        tuple(
+            TimelinePoint(
+                1.7e9 + 10 * i, 10.0, 1, (5.0,) * gpus, (MIB,) * gpus, (9.0,) * gpus, 1.0, 3
+            )
+            for i in range(3)
+        ),
+    ]:
+        read = _sealed_and_read(points, gpus)
+        assert codec.encode_timeline(read, gpus) == codec.encode_timeline(tuple(read), gpus)
+        assert codec.decode_timeline(codec.encode_timeline(read, gpus)) == codec.decode_timeline(
+            codec.encode_timeline(tuple(read), gpus)
+        )
+
+
+def test_a_column_timeline_pickles_and_copies_as_a_plain_tuple() -> None:
+    import copy
+    import pickle
+
+    points = tuple(
+        TimelinePoint(1.7e9 + 10 * i, 10.0, 1, (5.0,), (MIB,), (9.0,), 1.0, 3) for i in range(3)
+    )
+    read = _sealed_and_read(points, 1)
+    for other in (pickle.loads(pickle.dumps(read)), copy.copy(read), copy.deepcopy(read)):
+        assert type(other) is tuple and other == read == points

@@ -1,0 +1,84 @@
+"""``gcpace.fewer_collections``: the collector's pass raises the young GC threshold and puts
+the thresholds back."""
+
+from __future__ import annotations
+
+import gc
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from slurm_gpu.gcpace import PASS_THRESHOLD, fewer_collections
+
+
+@pytest.fixture(autouse=True)
+def _thresholds() -> Iterator[None]:
+    before, enabled = gc.get_threshold(), gc.isenabled()
+    gc.set_threshold(700, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+def test_raises_the_young_threshold_and_restores_all_three() -> None:
+    with fewer_collections():
+        assert gc.get_threshold() == (PASS_THRESHOLD, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_restored_when_the_block_raises() -> None:
+    with pytest.raises(RuntimeError), fewer_collections(5000):
+        assert gc.get_threshold()[0] == 5000
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_a_higher_threshold_already_set_is_kept() -> None:
+    gc.set_threshold(50_000, 3, 4)
+    with fewer_collections(10_000):
+        assert gc.get_threshold() == (50_000, 3, 4)
+    assert gc.get_threshold() == (50_000, 3, 4)
+
+
+@pytest.mark.parametrize("off", ["disabled", "zero threshold"])
+def test_nothing_changes_where_automatic_collection_is_off(off: str) -> None:
+    if off == "disabled":
+        gc.disable()
+    else:
+        gc.set_threshold(0, 10, 10)
+    before = gc.get_threshold()
+    with fewer_collections():
+        assert gc.get_threshold() == before
+    assert gc.get_threshold() == before
+    assert gc.isenabled() is (off != "disabled")
+
+
+def test_the_collectors_pass_runs_under_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    from slurm_gpu.collector import collector as collector_mod
+
+    seen: list[tuple[int, int, int]] = []
+
+    def fake_run(self: object, wanted: object, *, missing_pass: bool) -> object:
+        seen.append(gc.get_threshold())
+        return collector_mod.CollectReport()
+
+    monkeypatch.setattr(collector_mod.Collector, "_run", fake_run)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    c = collector_mod.Collector(
+        store=None,  # type: ignore[arg-type]
+        accounting=None,  # type: ignore[arg-type]
+        spool_dir=str(tmp_path / "spool"),
+        state_dir=str(state),
+    )
+    c.run_once(missing_pass=False)
+    assert seen == [(PASS_THRESHOLD, 10, 10)]
+    assert gc.get_threshold() == (700, 10, 10)
