@@ -133,13 +133,8 @@ def _gpu_columns_fast(
     if np is None or not points or gpu_count == 0:
         return None
     rows = list(map(attrgetter(attr), points))
-    try:
-        matrix = np.array(rows, dtype=np.int64 if kind == "mib" else np.float64)
-    except (TypeError, ValueError, OverflowError):  # a None, a ragged row, a huge int
-        return None
-    if matrix.shape != (len(points), gpu_count):
-        return None
-    return _pack_gpu_matrix(np, matrix.T, kind, top)
+    matrix = _matrix(np, rows, kind, (len(points), gpu_count))
+    return None if matrix is None else _pack_gpu_matrix(np, matrix.T, kind, top)
 
 
 def _gpu_lists_fast(
@@ -150,13 +145,18 @@ def _gpu_lists_fast(
     np = optional_module("numpy")
     if np is None or n == 0 or not columns:
         return None
+    matrix = _matrix(np, columns, kind, (len(columns), n))
+    return None if matrix is None else _pack_gpu_matrix(np, matrix, kind, top)
+
+
+def _matrix(np: Any, data: Sequence[Sequence[Any]], kind: str, shape: tuple[int, int]) -> Any:
+    """``data`` as one numpy matrix of ``shape`` (integers for ``"mib"``, floats otherwise),
+    or ``None`` where a value is missing, a row ragged or an integer too large for 64 bits."""
     try:
-        matrix = np.array(columns, dtype=np.int64 if kind == "mib" else np.float64)
-    except (TypeError, ValueError, OverflowError):  # a None, a ragged column, a huge int
+        matrix = np.array(data, dtype=np.int64 if kind == "mib" else np.float64)
+    except (TypeError, ValueError, OverflowError):
         return None
-    if matrix.shape != (len(columns), n):
-        return None
-    return _pack_gpu_matrix(np, matrix, kind, top)
+    return matrix if matrix.shape == shape else None
 
 
 def _pack_gpu_matrix(np: Any, matrix: Any, kind: str, top: int) -> list[bytes] | None:
