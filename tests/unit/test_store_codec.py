@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -101,11 +103,20 @@ def test_a_whole_timeline_matrix_packs_to_the_same_bytes_as_value_by_value(
     """The collector packs complete 4-GPU columns as one numpy matrix (a third of the time);
     the bytes must be those of the value-by-value encoder, in range or clamped, and where a
     column is not complete (a gap, a short tuple) the value-by-value path takes it."""
+    edited = _four_gpu_hour(edit, lambda i: 1.7e9 + 10 * i, lambda i: 1)
+    assert codec.encode_timeline(edited, 4) == _value_by_value(edited, 4)
+
+
+def _four_gpu_hour(
+    edit: dict[str, Any], stamp: Callable[[int], float], samples: Callable[[int], int]
+) -> tuple[TimelinePoint, ...]:
+    """50 points of 4 GPUs (``stamp`` and ``samples`` per index), point 7 changed by
+    ``edit``."""
     points = tuple(
         TimelinePoint(
-            1.7e9 + 10 * i,
+            stamp(i),
             10.0,
-            1,
+            samples(i),
             (12.345 + i, 50.0, 99.0, 3.5),
             (5 * MIB + i, 2 * MIB, 40 * 1024 * MIB, 0),
             (250.04, 100.0 + i / 7, 60.0, 0.0),
@@ -114,8 +125,7 @@ def test_a_whole_timeline_matrix_packs_to_the_same_bytes_as_value_by_value(
         )
         for i in range(50)
     )
-    edited = tuple(dataclasses.replace(p, **edit) if i == 7 else p for i, p in enumerate(points))
-    assert codec.encode_timeline(edited, 4) == _value_by_value(edited, 4)
+    return tuple(dataclasses.replace(p, **edit) if i == 7 else p for i, p in enumerate(points))
 
 
 def test_a_nan_is_refused_by_both_encoders() -> None:
@@ -163,20 +173,7 @@ def test_a_sealed_records_timeline_packs_from_its_columns_to_the_same_bytes(
     ``gpu_count`` other than the columns' width takes the points' path (padding or cutting)."""
     from slurm_gpu.capture.recordcodec import ColumnTimeline, kept_columns
 
-    points = tuple(
-        TimelinePoint(
-            1.7e9 + 10 * i + i / 3,
-            10.0,
-            1 + i % 2,
-            (12.345 + i, 50.0, 99.0, 3.5),
-            (5 * MIB + i, 2 * MIB, 40 * 1024 * MIB, 0),
-            (250.04, 100.0 + i / 7, 60.0, 0.0),
-            3.2,
-            7 * MIB,
-        )
-        for i in range(50)
-    )
-    edited = tuple(dataclasses.replace(p, **edit) if i == 7 else p for i, p in enumerate(points))  # type: ignore[arg-type]
+    edited = _four_gpu_hour(edit, lambda i: 1.7e9 + 10 * i + i / 3, lambda i: 1 + i % 2)
     read = _sealed_and_read(edited, 4)
     assert type(read) is ColumnTimeline and kept_columns(read) is not None
     assert read == tuple(read)
