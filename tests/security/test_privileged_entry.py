@@ -232,7 +232,7 @@ def test_missing_default_file_still_means_defaults_for_root(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("SLURM_GPU_CONFIG", raising=False)
-    monkeypatch.setattr("slurm_gpu.config.DEFAULT_PATH", str(tmp_path / "absent.toml"))
+    monkeypatch.setattr("slurm_gpu.config.loading.DEFAULT_PATH", str(tmp_path / "absent.toml"))
     assert load_settings(trusted=True).path is None
 
 

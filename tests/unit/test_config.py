@@ -24,7 +24,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_when_default_file_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_GPU_CONFIG", raising=False)
-    monkeypatch.setattr("slurm_gpu.config.DEFAULT_PATH", "/nonexistent/slurm-gpu.toml")
+    monkeypatch.setattr("slurm_gpu.config.loading.DEFAULT_PATH", "/nonexistent/slurm-gpu.toml")
     settings = load_settings()
     assert settings == Settings()
     assert settings.path is None
