@@ -2,7 +2,7 @@
 
 The exporter's series for the jobs (``gen_live_openmetrics.py``: 2 GPUs each, one job in a
 hundred with never-used GPUs) are loaded with ``promtool tsdb create-blocks-from openmetrics``
-into a throwaway Prometheus on loopback. Measured: ``live.promclient.live_jobs`` (the two
+into a throwaway Prometheus on loopback. Measured: ``prometheus.livejobs.live_jobs`` (the two
 instant queries and building the jobs), and a whole ``live.police.run_pass`` (live data,
 squeue through the command-runner seam answering all 10,000 jobs, the store's past actions in
 SQLite, decisions, the warnings written by ``DirMailer``, every action recorded). Wall and
@@ -27,8 +27,9 @@ from gen_live_openmetrics import write
 from slurm_gpu.accounting.runner import CommandResult
 from slurm_gpu.live.police import PoliceOptions, run_pass
 from slurm_gpu.live.policy import PolicyConfig
-from slurm_gpu.live.promclient import PrometheusClient, live_jobs
 from slurm_gpu.notify.transport import DirMailer
+from slurm_gpu.prometheus.client import PrometheusClient
+from slurm_gpu.prometheus.livejobs import live_jobs
 from slurm_gpu.store import Store
 
 TARGET_S = 10.0

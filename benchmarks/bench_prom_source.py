@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_gpu.analysis.engine import analyze
 from slurm_gpu.config import AnalysisSettings
-from slurm_gpu.live.promclient import PrometheusClient
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob
 from slurm_gpu.live.testshapes import render_openmetrics
+from slurm_gpu.prometheus.client import PrometheusClient
+from slurm_gpu.records import LiveGpu, LiveJob
 from slurm_gpu.sources.prometheus_common import PromSourceOptions
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
 from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource

@@ -20,7 +20,7 @@ import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.live.promclient import Sample
+from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.trust import untrusted_ancestry_reason, untrusted_reason
 
@@ -684,7 +684,7 @@ def prometheus_checks(
     """``check_prometheus_series`` for each Prometheus source among ``sources`` (the names
     written in records: ``dcgm-exporter``, ``jobstats``, ``slurm-exporter``; others are
     skipped), keyed by check name, for ``slurm-gpu doctor`` to run with its other checks."""
-    from slurm_gpu.live.promclient import PrometheusClient
+    from slurm_gpu.prometheus.client import PrometheusClient
 
     def one(needs: SeriesNeeds) -> Callable[[], Check]:
         def check() -> Check:

@@ -60,7 +60,7 @@ def _rls_missing(settings: object) -> list[str]:
 
 
 def _prometheus_listen(settings: object) -> str:
-    from slurm_gpu.live.promclient import PrometheusClient
+    from slurm_gpu.prometheus.client import PrometheusClient
 
     live = settings.live  # type: ignore[attr-defined]
     return PrometheusClient(live.prometheus_url, live.prometheus_timeout_s).listen_address()

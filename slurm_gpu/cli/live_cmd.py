@@ -62,7 +62,8 @@ def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> No
     live = settings.live
     now = time.time()
     if live.prometheus_url and not local:
-        from slurm_gpu.live.promclient import PrometheusClient, live_jobs
+        from slurm_gpu.prometheus.client import PrometheusClient
+        from slurm_gpu.prometheus.livejobs import live_jobs
 
         client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
         jobs = live_jobs(client)

@@ -35,8 +35,9 @@ def cli(ctx: click.Context, dry_run: bool, mail_dir: str | None, as_json: bool) 
     from slurm_gpu.accounting.runner import SubprocessRunner
     from slurm_gpu.live.police import PoliceOptions, run_pass
     from slurm_gpu.live.policy import PolicyConfig
-    from slurm_gpu.live.snapshot import LiveJob, read_node
+    from slurm_gpu.live.snapshot import read_node
     from slurm_gpu.notify.transport import open_mailer
+    from slurm_gpu.records import LiveJob
     from slurm_gpu.store import Store
 
     settings = settings_from(ctx, trusted=True)
@@ -69,7 +70,8 @@ def cli(ctx: click.Context, dry_run: bool, mail_dir: str | None, as_json: bool) 
 
     def load_live() -> Sequence[LiveJob]:
         if live.prometheus_url:
-            from slurm_gpu.live.promclient import PrometheusClient, live_jobs
+            from slurm_gpu.prometheus.client import PrometheusClient
+            from slurm_gpu.prometheus.livejobs import live_jobs
 
             return live_jobs(PrometheusClient(live.prometheus_url, live.prometheus_timeout_s))
         return read_node(settings.paths.spool_dir, time.time(), float("inf")).jobs

@@ -404,7 +404,7 @@ def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
 def telemetry_from_prometheus(
     parts: Sequence[Any], nodes: Sequence[str], *, now_s: float, stale_after_s: float
 ) -> Telemetry | None:
-    """The live GPU part of one job from Prometheus' series (``live.promclient.live_jobs``:
+    """The live GPU part of one job from Prometheus' series (``prometheus.livejobs.live_jobs``:
     one ``LiveJob`` per host), for the job's accounting node list ``nodes``.
 
     Missing or stale data are unknown, never idle: a host whose last reading is older than

@@ -239,8 +239,8 @@ class StoreAndSpoolReader:
     def _live_prometheus(self, job: JobRecord) -> Telemetry:
         import time
 
-        from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError
-        from slurm_gpu.live.promclient import live_jobs as prometheus_jobs
+        from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError
+        from slurm_gpu.prometheus.livejobs import live_jobs as prometheus_jobs
 
         live = self._settings.live
         if not live.prometheus_url:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob, NodeSnapshot
+from slurm_gpu.records import LiveGpu, LiveJob, NodeSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -26,9 +26,9 @@ from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.runner import CommandRunner
 from slurm_gpu.errors import AccountingError, MailError
 from slurm_gpu.live.policy import Decision, PolicyConfig, SlurmJob, decide
-from slurm_gpu.live.snapshot import LiveJob
 from slurm_gpu.notify.message import clean_subject, recipient_address
 from slurm_gpu.notify.transport import Mailer
+from slurm_gpu.records import LiveJob
 from slurm_gpu.store.liveactions import LiveAction, actions_for, record_actions
 from slurm_gpu.textsafe import clean_user_text
 

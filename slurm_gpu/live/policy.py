@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob
+from slurm_gpu.records import LiveGpu, LiveJob
 from slurm_gpu.store.liveactions import LiveAction
 
 RULES = ("never_used", "idle")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.capture.spool import read_live
 from slurm_gpu.capture.spoolpaths import live_dir_of
 from slurm_gpu.errors import SpoolFormatError
+from slurm_gpu.records import LiveGpu, LiveJob, NodeSnapshot
 from slurm_gpu.textsafe import clean_user_text
 
 #: Most live summaries read per pass: bounds a scrape's cost and the series it exposes.
@@ -29,67 +29,6 @@ MAX_LABEL_LEN = 128
 
 _JOB_DIR = re.compile(r"^[0-9]{1,20}$")
 _HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\.json$")
-
-
-@dataclass(frozen=True, slots=True)
-class LiveGpu:
-    """One GPU of a running job, as its sampler last saw it."""
-
-    uuid: str
-    available: bool
-    utilization_pct: float | None
-    """Duty cycle at the last reading, percent."""
-    utilization_recent_pct: float | None
-    """Mean duty cycle over the last ``recent_window_s``, percent."""
-    utilization_mean_pct: float | None
-    """Mean duty cycle since the job started, percent."""
-    recent_window_s: float | None
-    busy_s: float | None
-    """Seconds of kernel activity since the job started (a counter)."""
-    sampled_s: float | None
-    """Seconds covered by readings since the job started (a counter)."""
-    idle_since_s: float | None
-    """Start of the current idle run, unix seconds; ``None`` while busy."""
-    active_first_s: float | None
-    """First reading above the idle threshold, unix seconds; ``None``: never used."""
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    memory_used_max_bytes: int | None
-    power_w: float | None
-    energy_j: float | None
-    """Energy used since the job started, joules (a counter)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LiveJob:
-    """One job on one host: its labels, host figures and GPUs."""
-
-    job_id: str
-    host: str
-    user: str
-    account: str
-    partition: str
-    uid: int | None
-    started_s: float
-    updated_s: float
-    """Time of the last reading, unix seconds."""
-    interval_s: float
-    cpu_time_s: float | None
-    """CPU seconds of the job on this host since it started (a counter)."""
-    rss_bytes: int | None
-    allocated_cores: int | None
-    gpus: tuple[LiveGpu, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSnapshot:
-    """Every fresh live summary on this node, and how many were left out and why."""
-
-    jobs: tuple[LiveJob, ...]
-    stale: int
-    """Summaries older than the staleness bound (a sampler that stopped writing)."""
-    unreadable: int
-    """Summaries that could not be read or parsed."""
 
 
 def _num(value: Any) -> float | None:

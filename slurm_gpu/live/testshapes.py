@@ -28,7 +28,8 @@ from slurm_gpu.capture.spool import Reading, decode_reading, read_header
 from slurm_gpu.capture.spoolpaths import JobSpool
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS, escape_label_value, job_labels
-from slurm_gpu.live.snapshot import LiveJob, read_node
+from slurm_gpu.live.snapshot import read_node
+from slurm_gpu.records import LiveJob
 
 MIB = 1 << 20
 DCGM_PORT = 9400

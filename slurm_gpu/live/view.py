@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from slurm_gpu.live.snapshot import LiveJob
+from slurm_gpu.records import LiveJob
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,14 @@
 """The registry's factory of the Prometheus sources (``dcgm``, ``jobstats``, ``exporter``).
 
 All three read the site's Prometheus at ``[live] prometheus_url`` through the one client the
-live view uses (``slurm_gpu.live.promclient``): one Prometheus, one setting.
+live view uses (``slurm_gpu.prometheus``): one Prometheus, one setting.
 """
 
 from __future__ import annotations
 
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient
 from slurm_gpu.sources.base import TelemetrySource
 from slurm_gpu.sources.prometheus_common import PrometheusSource, PromSourceOptions
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_gpu.capture.aggregate import NodeAggregator
-from slurm_gpu.live.promclient import PrometheusClient, Series
+from slurm_gpu.prometheus.client import PrometheusClient, Series
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, JobRecord, NodeRecord
 from slurm_gpu.sourcecaps import CAPABILITIES, SourceCapabilities
 from slurm_gpu.sources.base import SourceResult

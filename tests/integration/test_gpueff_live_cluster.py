@@ -25,7 +25,7 @@ import pytest
 import slurmtools
 
 from slurm_gpu.config import load_settings
-from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient
 
 pytestmark = pytest.mark.cluster
 

@@ -31,7 +31,7 @@ from slurm_gpu.accounting.sacct import SacctSource
 from slurm_gpu.analysis import CODES, Audience
 from slurm_gpu.analysis.engine import analyze
 from slurm_gpu.config import load_settings
-from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient
 from slurm_gpu.sources.prometheus_common import PromSourceOptions
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
 from slurm_gpu.sources.prometheus_exporter import SlurmExporterSource

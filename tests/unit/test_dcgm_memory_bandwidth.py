@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from store_fixtures import make_job
 
-from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient
 from slurm_gpu.sources.prometheus_common import PromSourceOptions
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
 

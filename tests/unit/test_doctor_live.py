@@ -15,7 +15,7 @@ from jsonhttp import JsonServer
 
 from slurm_gpu import doctor
 from slurm_gpu.config import Settings, parse_settings
-from slurm_gpu.live.promclient import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient
 
 JOBS = frozenset({"jobs"})
 NONE: frozenset[str] = frozenset()

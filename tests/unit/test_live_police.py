@@ -16,8 +16,8 @@ from slurm_gpu.cli.admin import cli
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.live.police import PoliceOptions, run_pass
 from slurm_gpu.live.policy import PolicyConfig, SlurmJob, decide
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob
 from slurm_gpu.notify.transport import DirMailer
+from slurm_gpu.records import LiveGpu, LiveJob
 from slurm_gpu.store import Store, migrations, schema
 from slurm_gpu.store.liveactions import LiveAction, actions_for
 

@@ -20,14 +20,10 @@ from click.testing import CliRunner
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.live.exporter import ExporterOptions, make_server
-from slurm_gpu.live.promclient import (
-    PrometheusClient,
-    PrometheusUnavailableError,
-    live_jobs,
-    parse_vector,
-)
 from slurm_gpu.live.snapshot import read_node
 from slurm_gpu.live.view import build_rows
+from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError, parse_vector
+from slurm_gpu.prometheus.livejobs import live_jobs
 from slurm_gpu.records import GpuInfo, GpuSample
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,10 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from store_fixtures import make_job
 
 from slurm_gpu.capture.aggregate import NodeAggregator
-from slurm_gpu.live.promclient import PrometheusClient, PrometheusUnavailableError, Sample
-from slurm_gpu.live.snapshot import LiveGpu, LiveJob
 from slurm_gpu.live.testshapes import render_openmetrics
-from slurm_gpu.records import GpuInfo, GpuSample, HostSample, JobRecord, NodeRecord
+from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError, Sample
+from slurm_gpu.records import (
+    GpuInfo,
+    GpuSample,
+    HostSample,
+    JobRecord,
+    LiveGpu,
+    LiveJob,
+    NodeRecord,
+)
 from slurm_gpu.sourcecaps import CAPABILITIES
 from slurm_gpu.sources.prometheus_common import PromSourceOptions, hosts_regex, short_host
 from slurm_gpu.sources.prometheus_dcgm import DcgmExporterSource
