@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
-from slurm_gpu.cli.common import config_option, debug_option, run_guarded
+from slurm_gpu.cli.common import config_option, debug_option
 from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.guard import run_guarded
 
 #: subcommand -> module holding a click command or group named ``cli``. A module that does not
 #: exist yet is simply not listed.

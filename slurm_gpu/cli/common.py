@@ -1,52 +1,16 @@
-"""What every command shares: error-to-exit-code mapping, ``--debug``, settings loading.
+"""What every command shares: ``--config``, ``--debug``, settings loading.
 
-The CLI is the only layer that prints or chooses exit codes. Library code raises
-``SlurmGpuError`` subclasses; ``run_guarded`` turns them into one line plus a hint on stderr and
-the class's documented exit code, with a traceback only under ``--debug``.
+The CLI is the only layer that prints or chooses exit codes: library code raises
+``SlurmGpuError`` subclasses and the entry points run under ``slurm_gpu.guard.run_guarded``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import traceback
-from collections.abc import Callable
-from typing import NoReturn, TypeVar
 
 import click
 
 from slurm_gpu.config import Settings, load_settings, must_be_trusted  # noqa: TID251 (a composition root reads the config)
-from slurm_gpu.errors import SlurmGpuError
-
-T = TypeVar("T")
-
-
-def fail(err: SlurmGpuError, prog: str, *, debug: bool = False) -> NoReturn:
-    """Print ``prog: message`` and ``hint: …`` on stderr and exit with the error's code."""
-    if debug:
-        traceback.print_exc()
-    click.echo(f"{prog}: {err.message}", err=True)
-    if err.hint:
-        click.echo(f"hint: {err.hint}", err=True)
-    sys.exit(err.exit_code)
-
-
-def run_guarded(prog: str, debug: bool, fn: Callable[[], T]) -> T:
-    """Run ``fn``; map project errors to exit codes and anything else to exit 1 with a hint."""
-    try:
-        return fn()
-    except SlurmGpuError as err:
-        fail(err, prog, debug=debug)
-    except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
-        raise  # click's own exits and usage errors carry their documented codes
-    except (KeyboardInterrupt, BrokenPipeError):
-        sys.exit(130)
-    except Exception as exc:  # the last line of defence: one line, no traceback
-        if debug:
-            traceback.print_exc()
-        click.echo(f"{prog}: unexpected error: {type(exc).__name__}: {exc}", err=True)
-        click.echo("hint: run again with --debug and report the traceback", err=True)
-        sys.exit(1)
 
 
 def settings_from(ctx: click.Context, *, trusted: bool | None = None) -> Settings:

@@ -19,8 +19,9 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
-from slurm_gpu.cli.common import config_option, debug_option, run_guarded
+from slurm_gpu.cli.common import config_option, debug_option
 from slurm_gpu.errors import UsageError
+from slurm_gpu.guard import run_guarded
 
 #: Context-settings key tests use to inject (accounting, reader) in place of the real ones.
 BACKENDS_KEY = "gpueff_backends"

@@ -9,10 +9,10 @@ from types import FrameType
 
 import click
 
-from slurm_gpu.cli.common import run_guarded
 from slurm_gpu.config import load_settings  # noqa: TID251 (a composition root reads the config)
 from slurm_gpu.demo.gpus import job_gpu_minors, parse_index_list
 from slurm_gpu.demo.patterns import PATTERNS, DemoParams, OutOfMemory, describe, run_pattern
+from slurm_gpu.guard import run_guarded
 from slurm_gpu.telemetry.virtual_device import VirtualGpuDevice
 
 VIRTUAL_DIR_ENV = "SLURM_GPU_VIRTUAL_DIR"

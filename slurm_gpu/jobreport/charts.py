@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from slurm_gpu.jobreport.model import JobReport
-from slurm_gpu.notify.message import Chart
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """One chart of a job as an inline image: its Content-ID (without angle brackets), PNG
+    bytes and alt text. The report draws it; the e-mail (``notify.message``) attaches it."""
+
+    cid: str
+    png: bytes
+    alt: str
+
 
 #: Distinct in lightness as well as hue, so lines stay apart when printed in greyscale.
 _COLOURS = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#000000", "#bf9000", "#2e75b6", "#843c0c")

@@ -1,8 +1,8 @@
 """The report worker: a second process that renders stored jobs' ``gpueff`` reports for the
 collector (``renderpool`` starts it and talks to it).
 
-It renders exactly as the collector's own report step does (``prerender.ReportPrerenderer``,
-the same code with the same settings), writes the owners' report files itself
+It renders exactly as the collector's own report step does (``storedreports``, the same code
+with the same settings), writes the owners' report files itself
 (``reportwriter``, which opens every name relative to a directory descriptor and follows no
 symlink) and hands the rendered reports back for the collector to store: the collector stays
 the store's only writer.
@@ -77,16 +77,12 @@ def serve(stdin: IO[bytes], channel: _Channel) -> int:
     """Render the units read from ``stdin`` until its end; returns the exit status."""
     from slurm_gpu.config import Settings
     from slurm_gpu.gcpace import fewer_collections
-    from slurm_gpu.jobreport.prerender import ReportPrerenderer
+    from slurm_gpu.jobreport.storedreports import StoredReportRenderer
 
     settings = pickle.load(stdin)
     if not isinstance(settings, Settings):
         raise TypeError(f"expected Settings first, got {type(settings).__name__}")
-    # The worker's own renderer starts no worker of its own.
-    alone = dataclasses.replace(
-        settings, collector=dataclasses.replace(settings.collector, report_worker=False)
-    )
-    renderer = ReportPrerenderer(alone, store=None)
+    renderer = StoredReportRenderer(settings, store=None)
     # Paced as the collector's pass is (``gcpace``): each unit reads its jobs' timelines.
     with fewer_collections():
         while True:

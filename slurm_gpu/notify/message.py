@@ -30,6 +30,7 @@ from email.utils import format_datetime, make_msgid
 
 from slurm_gpu.errors import MailError
 from slurm_gpu.jobreport import fmt
+from slurm_gpu.jobreport.charts import Chart
 from slurm_gpu.jobreport.model import JobReport
 from slurm_gpu.jobreport.templating import environment
 
@@ -41,15 +42,6 @@ SUBJECT_MAX = 150
 
 #: One plain address or user name (the MailProg's own check, plus a dotted domain).
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9.\-]+\.[A-Za-z]{2,})?$")
-
-
-@dataclass(frozen=True, slots=True)
-class Chart:
-    """One inline image: its Content-ID (without angle brackets), PNG bytes, alt text."""
-
-    cid: str
-    png: bytes
-    alt: str
 
 
 @dataclass(frozen=True, slots=True)

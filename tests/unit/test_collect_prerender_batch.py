@@ -20,9 +20,10 @@ from test_gpueff_owner import _settings, _store
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_gpu.jobreport import adapter, jsonout, output, reportwriter, service
-from slurm_gpu.jobreport.prerender import ReportPrerenderer, _BatchReader, as_dict, strip_sgr
+from slurm_gpu.jobreport.prerender import ReportPrerenderer
 from slurm_gpu.jobreport.readers import StoreAndSpoolReader
 from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
+from slurm_gpu.jobreport.storedreports import _BatchReader, as_dict, strip_sgr
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.store import Store
 from slurm_gpu.store.sqlite_reader import SqliteReader, sqlite_path
