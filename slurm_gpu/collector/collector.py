@@ -44,46 +44,63 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import errno
 import functools
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 
 from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.collector import crosscheck, safefs
+from slurm_gpu.collector.donefiles import (
+    _DROP_SUFFIXES,
+    _KEEP_SUFFIXES,
+    _has_record,
+    _id_key,
+    _index_record,
+    _spool_job_dirs,
+    _touch,
+    done_name,
+)
+from slurm_gpu.collector.ports import (
+    Accounting,
+    Analyse,
+    CommentPublisher,
+    Inbox,
+    InboxRowLike,
+    RecordReader,
+    ReportPublisher,
+    SealedLike,
+)
+from slurm_gpu.collector.sealedfiles import (
+    MAX_RECORD_BYTES,
+    _closing,
+    _InboxSealed,
+    _open_parent,
+    _regular_names,
+    _SpoolModule,
+    _why,
+)
 from slurm_gpu.collector.statedir import open_state_dir
+from slurm_gpu.collector.steps import _parts, analysed_bundle, publish_stored, telemetry_status
+from slurm_gpu.collector.tally import CollectorOptions, CollectReport, PassTally
 from slurm_gpu.errors import AccountingError, SpoolFormatError
 from slurm_gpu.gcpace import fewer_collections
 from slurm_gpu.records import JobRecord, NodeRecord
 from slurm_gpu.store import (
-    TELEMETRY_COMPLETE,
     TELEMETRY_MISSING,
-    TELEMETRY_NONE,
-    TELEMETRY_RECOVERED,
-    FindingLike,
     JobBundle,
     Store,
 )
 
 log = logging.getLogger("slurm_gpu.collector")
 
-#: Per-host spool files moved to ``done/`` with the record (the record last, see ``_finish``).
-_KEEP_SUFFIXES = (".jsonl", ".state")
-#: Per-host spool files deleted once the job is stored.
-_DROP_SUFFIXES = (".live.json", ".pid")
+
 _MISSING_STATE = "missing-pass.json"
-#: Longest sealed record read (bytes): a 7-day, 8-GPU record at the most timeline points is far
-#: below it; a file planted in an inbox cannot make root read without end.
-MAX_RECORD_BYTES = 64 << 20
-_JOB_ID = re.compile(r"[0-9]{1,20}")
 #: Jobs per store transaction when the pass renders reports (``Collector.reports``): an
 #: accounting batch (``batch_size``, 500) is committed in parts of at most this many jobs, and
 #: each part's reports go to the report worker right after its commit, so that the worker
@@ -91,355 +108,9 @@ _JOB_ID = re.compile(r"[0-9]{1,20}")
 #: the last part's reports instead of a whole batch's (4 of the worker's units of 32).
 REPORT_PART_JOBS = 128
 
-Analyse = Callable[[JobRecord, Sequence[NodeRecord]], Sequence[FindingLike]]
-
-
-class Accounting(Protocol):
-    """What the collector needs of ``slurm_gpu.accounting.AccountingSource``."""
-
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]: ...
-
-    def jobs_between(
-        self, start_s: float, end_s: float, users: Sequence[str] | None = None
-    ) -> list[JobRecord]: ...
-
-
-class CommentPublisher(Protocol):
-    """Writes stored jobs' summaries into AdminComment (``collector.admincomment``); never
-    raises, returns (job ids written, job ids not written)."""
-
-    def publish(self, bundles: Sequence[JobBundle]) -> tuple[list[str], list[str]]: ...
-
-
-class ReportPublisher(Protocol):
-    """Renders stored jobs' ``gpueff`` reports into the store
-    (``slurm_gpu.jobreport.prerender``); never raises, returns how many were written or
-    handed to its report worker. Work it leaves running (the worker's reports, the owners'
-    report files) is done when ``flush`` returns."""
-
-    def publish(self, jobs: Sequence[JobRecord]) -> int: ...
-
-    def flush(self) -> None: ...
-
-
-class SealedLike(Protocol):
-    """A sealed record's location (``slurm_gpu.capture.spool.SealedRecord``)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def hostname(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-
-
-class InboxRowLike(Protocol):
-    """A record pushed into the PostgreSQL inbox (``slurm_gpu.store.inbox.InboxRow``)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def digest(self) -> str: ...
-    @property
-    def data(self) -> bytes | None: ...
-    @property
-    def key(self) -> tuple[str, str, str]: ...
-
-
-class Inbox(Protocol):
-    """The collector's side of the PostgreSQL inbox (``slurm_gpu.store.inbox.PgInbox``)."""
-
-    def pending(self, only: Collection[str] | None = None) -> Sequence[InboxRowLike]: ...
-
-    def take(self, conn: Any, keys: Sequence[tuple[str, str, str]]) -> None: ...
-
-    def quarantine(self, row: Any, reason: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _InboxSealed:
-    """A record of the PostgreSQL inbox in the collector's pass, in place of a file."""
-
-    job_id: str
-    hostname: str
-    path: str
-    """Where it is, for log lines (``postgresql inbox: <job>/<host>``)."""
-    row: InboxRowLike
-
-
-class RecordReader(Protocol):
-    """The spool's read side (``slurm_gpu.capture.spool``)."""
-
-    def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]: ...
-
-    def read_record(self, path: str) -> NodeRecord: ...
-
-
-class _SpoolModule:
-    """Sealed records read the way root may read a directory another account can write (an
-    inbox that nodes ship into): under each of ``roots`` (the spool or inbox, and the state
-    directory) every component is opened with ``O_NOFOLLOW`` from the root's descriptor, only
-    regular files are listed and read, and a read stops at ``MAX_RECORD_BYTES``. The format
-    itself is ``slurm_gpu.capture.spool``'s."""
-
-    def __init__(self, roots: Sequence[str] = ()) -> None:
-        self.roots = tuple(r.rstrip("/") or "/" for r in roots)
-
-    def list_sealed(self, spool_dir: str) -> Sequence[SealedLike]:
-        from slurm_gpu.capture.spool import SealedRecord
-
-        out: list[SealedLike] = []
-        try:
-            top = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return out
-        try:
-            for job in _job_dirs(top):
-                try:
-                    job_fd = safefs.open_dir(job, dir_fd=top)
-                except OSError:
-                    continue  # removed since the listing, or replaced by a non-directory
-                try:
-                    for name in _regular_names(job_fd, os.path.join(spool_dir, job)):
-                        if name.endswith(".record") and not name.startswith("."):
-                            host = name[: -len(".record")]
-                            out.append(SealedRecord(job, host, os.path.join(spool_dir, job, name)))
-                finally:
-                    os.close(job_fd)
-        finally:
-            os.close(top)
-        return out
-
-    def read_record(self, path: str) -> NodeRecord:
-        from slurm_gpu.capture import spool
-
-        try:
-            parent, name = _open_parent(path, self.roots)
-            try:
-                data = safefs.read_bounded(name, dir_fd=parent, max_bytes=MAX_RECORD_BYTES)
-            finally:
-                os.close(parent)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise SpoolFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        return spool.decode_record(data, where=path)
-
-
-def _open_parent(path: str, roots: Sequence[str]) -> tuple[int, str]:
-    """The descriptor of ``path``'s directory and the file's name. Below the first of
-    ``roots`` (configured directories, opened as configured) that holds ``path``, each
-    component is opened without following a symlink; elsewhere only the last one is."""
-    head, name = os.path.split(path)
-    for root in (r.rstrip("/") or "/" for r in roots):
-        if head == root or head.startswith(root.rstrip("/") + "/"):
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                for part in head[len(root) :].split("/"):
-                    if part:
-                        sub = safefs.open_dir(part, dir_fd=fd)
-                        os.close(fd)
-                        fd = sub
-            except BaseException:
-                os.close(fd)
-                raise
-            return fd, name
-    return os.open(head or ".", safefs.DIR_FLAGS), name
-
-
-@contextlib.contextmanager
-def _closing(fd: int) -> Iterator[int]:
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _why(exc: OSError) -> str:
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return "a symbolic link or a file where a directory or file of root is expected; refused"
-    return str(exc.strerror or exc)
-
-
-def _job_dirs(dir_fd: int) -> list[str]:
-    """Job directories (decimal names, real directories) in ``dir_fd``, oldest id first."""
-    with os.scandir(dir_fd) as it:
-        names = [
-            e.name for e in it if _JOB_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-        ]
-    return sorted(names, key=int)
-
-
-def _regular_names(dir_fd: int, where: str) -> Iterator[str]:
-    """Names of the regular files in ``dir_fd``, sorted; anything else is logged and skipped."""
-    with os.scandir(dir_fd) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for e in entries:
-        if e.is_file(follow_symlinks=False):
-            yield e.name
-        elif e.name.endswith(".record"):
-            log.warning("ignored %s/%s: not a regular file (never followed)", where, e.name)
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorOptions:
-    """Timing and batching of the collector (``[collector]`` and ``[accounting]`` settings)."""
-
-    batch_size: int = 500
-    """Jobs per accounting query and per store transaction (with the report step, a batch is
-    committed in parts of at most ``REPORT_PART_JOBS``)."""
-    node_wait_s: float = 600.0
-    """How long after a job's end to wait for every node's record before ingesting what
-    exists (the others are listed in ``missing_hosts``)."""
-    settle_timeout_s: float = 3600.0
-    """How long after the newest record to wait for accounting to settle before storing the
-    job as accounting has it (or quarantining the records when accounting never knew it)."""
-    missing_lookback_s: float = 86400.0
-    """How far back the missing-telemetry pass looks for ended GPU jobs."""
-    missing_grace_s: float = 600.0
-    """A GPU job is declared ``missing`` only this long after it ended (its record may still
-    be on its way)."""
-    done_retention_s: float = 3 * 86400.0
-    """How long ingested files stay in ``<state_dir>/done/`` for debugging."""
-    analysis_version: str | None = None
-    """Stored with the findings of the ``analyse`` hook."""
-
-
-@dataclass(frozen=True, slots=True)
-class CollectReport:
-    """What one pass did; every tuple holds job ids unless named otherwise."""
-
-    ingested: tuple[str, ...] = ()
-    missing_telemetry: tuple[str, ...] = ()
-    """GPU jobs stored without any record."""
-    partial: tuple[str, ...] = ()
-    """Ingested with some nodes' records missing."""
-    waiting_nodes: tuple[str, ...] = ()
-    """Left in the spool: not every node has sealed yet."""
-    unsettled: tuple[str, ...] = ()
-    """Left in the spool: accounting not settled yet."""
-    no_accounting: tuple[str, ...] = ()
-    """Left in the spool: accounting does not know the job (yet)."""
-    quarantined: tuple[str, ...] = ()
-    """Paths of the files moved to quarantine (``postgresql inbox: <job>/<host>`` for rows
-    moved to the inbox's quarantine table)."""
-    analysis_failed: tuple[str, ...] = ()
-    errors: tuple[str, ...] = ()
-    """One line per accounting failure (the affected jobs stay in the spool)."""
-    admin_comment_written: tuple[str, ...] = ()
-    """Stored jobs whose JS1 summary was written into AdminComment."""
-    admin_comment_failed: tuple[str, ...] = ()
-    """Stored GPU jobs whose summary was not written (failed, or writing had stopped)."""
-    accounting_mismatch: tuple[str, ...] = ()
-    """Jobs not stored because accounting disagrees with their sealed records (owner uid or
-    node list, ``collector.crosscheck``); their records are in quarantine."""
-    source_errors: tuple[str, ...] = ()
-    """One line per job a pulled source could not be read for (``collector.pull``; the job
-    is retried at the next pass)."""
-
-
-@dataclass
-class PassTally:
-    ingested: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    partial: list[str] = field(default_factory=list)
-    waiting: list[str] = field(default_factory=list)
-    unsettled: list[str] = field(default_factory=list)
-    no_accounting: list[str] = field(default_factory=list)
-    quarantined: list[str] = field(default_factory=list)
-    analysis_failed: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    admin_comment_written: list[str] = field(default_factory=list)
-    admin_comment_failed: list[str] = field(default_factory=list)
-    accounting_mismatch: list[str] = field(default_factory=list)
-    source_errors: list[str] = field(default_factory=list)
-
-    def report(self) -> CollectReport:
-        return CollectReport(
-            ingested=tuple(self.ingested),
-            missing_telemetry=tuple(self.missing),
-            partial=tuple(self.partial),
-            waiting_nodes=tuple(self.waiting),
-            unsettled=tuple(self.unsettled),
-            no_accounting=tuple(self.no_accounting),
-            quarantined=tuple(self.quarantined),
-            analysis_failed=tuple(self.analysis_failed),
-            errors=tuple(self.errors),
-            admin_comment_written=tuple(self.admin_comment_written),
-            admin_comment_failed=tuple(self.admin_comment_failed),
-            accounting_mismatch=tuple(self.accounting_mismatch),
-            source_errors=tuple(self.source_errors),
-        )
-
 
 def _short(host: str) -> str:
     return host.split(".", 1)[0]
-
-
-def telemetry_status(job: JobRecord, nodes: Sequence[NodeRecord], missing: Sequence[str]) -> str:
-    """``complete`` / ``recovered`` / ``missing`` / ``none`` for a job and its records."""
-    has_gpus = bool(job.alloc_tres.gpus) or any(n.gpus for n in nodes)
-    if not has_gpus:
-        return TELEMETRY_NONE
-    if not nodes:
-        return TELEMETRY_MISSING
-    if missing or not all(n.complete for n in nodes):
-        return TELEMETRY_RECOVERED
-    return TELEMETRY_COMPLETE
-
-
-def analysed_bundle(
-    job: JobRecord,
-    nodes: Sequence[NodeRecord],
-    missing: tuple[str, ...],
-    analyse: Analyse | None,
-    analysis_version: str | None,
-    acc: PassTally,
-) -> JobBundle:
-    """The bundle the store gets for one job whose records are all in (pushed or pulled):
-    its nodes sorted, its telemetry status, and the findings of ``analyse`` (a rule that
-    raises stores the job without findings and counts it in ``analysis_failed``)."""
-    ordered = tuple(sorted(nodes, key=lambda n: n.hostname))
-    findings: tuple[FindingLike, ...] = ()
-    version = None
-    if analyse is not None:
-        try:
-            findings = tuple(analyse(job, ordered))
-            version = analysis_version
-        except Exception as exc:  # a rule bug must not keep the job out of the store
-            acc.analysis_failed.append(job.job_id)
-            log.exception("job %s: analysis failed (%s); stored without findings", job.job_id, exc)
-    return JobBundle(
-        job=job,
-        nodes=ordered,
-        telemetry=telemetry_status(job, ordered, missing),
-        missing_hosts=missing,
-        findings=findings,
-        analysis_version=version,
-    )
-
-
-def publish_stored(
-    bundles: Sequence[JobBundle],
-    admin_comment: CommentPublisher | None,
-    reports: ReportPublisher | None,
-    acc: PassTally,
-) -> None:
-    """After the commit of ``bundles``: their JS1 summaries into AdminComment (when a
-    publisher is given; a failure is counted, never undoes the commit), then their
-    ``gpueff`` reports."""
-    if admin_comment is not None:
-        try:
-            written, failed = admin_comment.publish(bundles)
-        except Exception:  # the jobs are stored; a publisher bug must not end the pass
-            log.exception("AdminComment step failed; the jobs are stored")
-        else:
-            acc.admin_comment_written.extend(written)
-            acc.admin_comment_failed.extend(failed)
-    if reports is not None:
-        reports.publish([b.job for b in bundles])
 
 
 @dataclass
@@ -1090,61 +761,6 @@ class Collector:
         safefs.write_replace(
             _MISSING_STATE, json.dumps({"checked_until_s": end}).encode(), dir_fd=state
         )
-
-
-def _parts(items: list[JobBundle], most: int) -> list[list[JobBundle]]:
-    """``items`` cut into the fewest parts of at most ``most``, of sizes as equal as can be
-    (500 in parts of 128: four of 125)."""
-    count = max(1, -(-len(items) // max(1, most)))
-    size, extra = divmod(len(items), count)
-    out, start = [], 0
-    for k in range(count):
-        end = start + size + (1 if k < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
-
-
-def done_name(job_id: str, host: str, suffix: str) -> str:
-    """The name of a node's file in ``done/``: ``<job>.<host><suffix>``."""
-    return f"{job_id}.{host}{suffix}"
-
-
-def _index_record(index: dict[str, list[str]], name: str) -> None:
-    """Add ``name`` to ``index`` under its job id when it is a record of flat ``done/``."""
-    job, dot, rest = name.partition(".")
-    if dot and rest.endswith(".record") and len(rest) > len(".record") and _JOB_ID.fullmatch(job):
-        index.setdefault(job, []).append(name)
-
-
-def _touch(name: str, dir_fd: int) -> None:
-    """Set ``name``'s times to now: a rename keeps a file's modification time, and ``done/``
-    is pruned by the time a file was moved there."""
-    os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
-
-
-def _id_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), job_id) if job_id.isdigit() else (1 << 62, job_id)
-
-
-def _spool_job_dirs(spool_dir: str) -> set[str]:
-    try:
-        fd = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return set()
-    with _closing(fd):
-        return set(_job_dirs(fd))
-
-
-def _has_record(spool_dir: str, job_id: str, dirs: set[str]) -> bool:
-    if job_id not in dirs:
-        return False
-    try:
-        parent, _ = _open_parent(os.path.join(spool_dir, job_id, "x"), (spool_dir,))
-        with _closing(parent):
-            return any(n.endswith(".record") for n in os.listdir(parent))
-    except OSError:
-        return False
 
 
 __all__ = [

@@ -33,17 +33,10 @@ from dataclasses import dataclass, field
 
 from slurm_gpu.accounting.base import is_settled
 from slurm_gpu.collector import crosscheck, safefs
-from slurm_gpu.collector.collector import (
-    Accounting,
-    Analyse,
-    CollectReport,
-    CommentPublisher,
-    PassTally,
-    ReportPublisher,
-    analysed_bundle,
-    publish_stored,
-)
+from slurm_gpu.collector.ports import Accounting, Analyse, CommentPublisher, ReportPublisher
 from slurm_gpu.collector.statedir import open_state_dir
+from slurm_gpu.collector.steps import analysed_bundle, publish_stored
+from slurm_gpu.collector.tally import CollectReport, PassTally
 from slurm_gpu.config import SOURCE_HOOKS, SOURCE_NONE
 from slurm_gpu.errors import AccountingError, ConfigError, TelemetryUnavailableError
 from slurm_gpu.records import JobRecord, NodeRecord
