@@ -3,6 +3,7 @@
 #   make demo      install what is needed, start the local cluster, run the demo jobs
 #   make test      install what is needed, start the local cluster, run unit + cluster tests
 #   make lint      ruff, mypy, the layering contracts (import-linter) and shellcheck
+#   make graph     the import graph's figures: modules, layers, upward imports, loops
 #   make deps | venv | cluster-up | cluster-down | lab-up | lab-down | bench
 #
 # Targets run their prerequisites in order (never in parallel): the cluster needs the venv
@@ -23,7 +24,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint demo bench
+.PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint graph demo bench
 
 help:
 	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -73,6 +74,10 @@ lint: venv
 	    echo "shellcheck $(SHELL_SCRIPTS)"; shellcheck $(SHELL_SCRIPTS) || status=1; \
 	else echo "make: shellcheck is not installed (make deps); shell scripts not checked" >&2; fi; \
 	exit $$status
+
+# Figures only (exit 0): `make lint` enforces the same layers with lint-imports.
+graph: venv
+	$(VENV)/bin/python share/dev/importgraph.py
 
 demo: deps venv cluster-up
 	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run
