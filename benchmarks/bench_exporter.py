@@ -118,7 +118,7 @@ def main() -> None:
             cpu_ms.append((time.process_time() - t0) * 1e3)
         # The HTTP scrapes go through the loopback check, as deployed (the caller's uid
         # allowed); the check itself is timed alone below.
-        gated = ExporterOptions(spool, 3600.0, loopback_uids=frozenset({0, os.geteuid()}))
+        gated = ExporterOptions(spool, 3600.0, local_uids=frozenset({0, os.geteuid()}))
         srv = make_server(gated, "127.0.0.1", 0)
         thread = threading.Thread(target=srv.serve_forever, daemon=True)
         thread.start()

@@ -542,6 +542,85 @@ def check_live_exposure(
     return Check("live", Status.OK, "; ".join([detail, *notes]))
 
 
+#: Where node_exporter's textfile collector is usually pointed (Debian's package; the
+#: upstream examples): their ``*.prom`` files holding our series are checked.
+TEXTFILE_DIRS = ("/var/lib/prometheus/node-exporter", "/var/lib/node_exporter/textfile_collector")
+#: Bytes of a ``*.prom`` file read to tell whether it holds our series.
+TEXTFILE_HEAD_BYTES = 4096
+
+
+def exporter_textfiles(dirs: Iterable[str] = TEXTFILE_DIRS) -> list[str]:
+    """The ``*.prom`` files of ``dirs`` that hold the exporter's series."""
+    found = []
+    for directory in dirs:
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".prom"))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                with open(path, "rb") as fh:
+                    if b"slurm_gpu_" in fh.read(TEXTFILE_HEAD_BYTES):
+                        found.append(path)
+            except OSError:
+                continue
+    return found
+
+
+def check_exporter_local_users(
+    settings: Settings,
+    read_private_data: Callable[[], frozenset[str] | None],
+    probe: Callable[[str, int], int | None] | None,
+    targets: Iterable[str],
+    textfiles: Iterable[str],
+) -> Check:
+    """Whether a user of this node can read the exporter's exposition (every running job's
+    user, account and job id): the running exporter answering 200 to a local account that
+    is not allowed, connecting to ``targets`` (the listen address, or this host's own
+    addresses when it listens on every interface), or a textfile readable by every user.
+
+    ``probe(host, port)`` is the HTTP status such an account gets (``None``: nothing
+    answers); ``None`` when it cannot be run (not root)."""
+    flags = read_private_data()
+    private = flags is None or "jobs" in flags
+    port = settings.live.exporter_port
+    problems: list[str] = []
+    notes: list[str] = []
+    for host in targets:
+        if probe is None:
+            notes.append("not probed (needs root)")
+            break
+        status = probe(host, port)
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if status == 200:
+            problems.append(f"the exporter on {where} answers a local user who is not allowed")
+        elif status is None:
+            notes.append(f"nothing answers on {where}")
+        else:
+            notes.append(f"{where} answers a local user {status}")
+    for path in textfiles:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            continue
+        if mode & 0o004:
+            problems.append(f"{path} is readable by every user (mode {mode:04o})")
+        else:
+            notes.append(f"{path} {mode:04o}")
+    if problems:
+        return Check(
+            "exporter",
+            Status.FAIL if private else Status.WARN,
+            "; ".join(problems),
+            "run this release's slurm-gpu exporter (it refuses local accounts not in [live] "
+            "exporter_allowed_users on every address) and rewrite the textfile with "
+            "`slurm-gpu exporter --textfile` (0600, or 0640 with --textfile-group); "
+            "docs/security.md",
+        )
+    return Check("exporter", Status.OK, "; ".join(notes) or "no exporter answers, no textfile")
+
+
 def check_transport(
     settings: Settings, node_role_excess: Callable[[], list[str]] | None = None
 ) -> Check:

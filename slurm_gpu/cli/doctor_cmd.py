@@ -4,6 +4,7 @@ GPUs, accounting, store, who can read stored data, and who can reach live data."
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import click
@@ -74,6 +75,62 @@ def _node_role_excess(settings: object) -> list[str]:
         return node_role_excess(store.engine)
 
 
+#: Asks ``GET /metrics`` of ``host:port`` and prints the HTTP status (0: nothing answers).
+_PROBE = (
+    "import http.client, sys\n"
+    "try:\n"
+    "    c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5)\n"
+    "    c.request('GET', '/metrics')\n"
+    "    print(c.getresponse().status)\n"
+    "except (OSError, http.client.HTTPException):\n"
+    "    print(0)\n"
+)
+
+
+def _probe_as_nobody(host: str, port: int) -> int | None:
+    """The HTTP status the exporter on ``host:port`` gives a local account that is not
+    allowed (``nobody``, run from this host as a child process); ``None``: nothing
+    answers."""
+    import pwd
+    import subprocess
+    import sys
+
+    try:
+        uid, gid = pwd.getpwnam("nobody")[2:4]
+    except KeyError:
+        uid = gid = 65534
+    try:
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", _PROBE, host, str(port)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+            cwd="/",
+            user=uid,
+            group=gid,
+            extra_groups=[],
+        ).stdout
+        status = int(out.strip() or "0")
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return status or None
+
+
+def _exporter_targets(address: str) -> list[str]:
+    """Where a local user reaches the exporter: its listen address, or loopback and this
+    host's own addresses when it listens on every interface."""
+    from slurm_gpu.live.localaddr import proc_local_addresses
+
+    if doctor.listen_host(address) not in doctor.ALL_INTERFACES:
+        return [doctor.listen_host(address)]
+    try:
+        own = sorted(proc_local_addresses(), key=lambda a: (a.version, str(a)))
+    except OSError:
+        own = []
+    return ["127.0.0.1", *(str(a) for a in own if not a.is_loopback and not a.is_link_local)][:4]
+
+
 #: The checks, in the order they run; each can be skipped with --skip.
 CHECKS = (
     "config",
@@ -88,6 +145,7 @@ CHECKS = (
     "store",
     "visibility",
     "live",
+    "exporter",
     "transport",
 )
 
@@ -111,7 +169,8 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     runs that another account can change, a state directory shared with another account, the
     virtual GPU backend, a sampler without limits, a spool that is not 0700, and any place a
     user could read another user's stored jobs (visibility), and an exporter or Prometheus
-    that serves every running job to anyone who can connect (live), and a node credential of the
+    that serves every running job to anyone who can connect (live), an exporter or its
+    textfile that a user of this node can read (exporter), and a node credential of the
     PostgreSQL inbox that may do more than insert records (transport).
     """
     from slurm_gpu.accounting import open_accounting
@@ -145,6 +204,13 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
                 if settings.live.prometheus_url
                 else None
             ),
+        ),
+        "exporter": lambda: doctor.check_exporter_local_users(
+            settings,
+            functools.partial(_private_data, settings),
+            _probe_as_nobody if os.geteuid() == 0 else None,
+            _exporter_targets(settings.live.exporter_address),
+            doctor.exporter_textfiles(),
         ),
         "transport": lambda: doctor.check_transport(
             settings, functools.partial(_node_role_excess, settings)

@@ -1,13 +1,14 @@
-"""Who owns the other end of a loopback TCP connection, as the kernel's socket tables say.
+"""Who owns the other end of a local TCP connection, as the kernel's socket tables say.
 
 TCP has no ``SO_PEERCRED``. For a connection from this same host, the kernel knows the
 client's socket by its local address and port and its remote address and port (ours), and
 the uid of the account that created it; it tells that through its socket diagnostics
 (netlink ``SOCK_DIAG_BY_FAMILY``, an exact lookup) and the ``/proc/net/tcp`` (``tcp6``)
 table. The kernel writes both, so a client cannot choose what they say. The exporter uses
-it to serve loopback scrapes to root and the Prometheus account only (``docs/security.md``).
-A remote client has no entry here: the network's binding and firewall decide who reaches
-the exporter from elsewhere.
+it to serve local clients (any connection whose peer address is one of this host's,
+``live.localaddr``, loopback or not) to root and the Prometheus account only
+(``docs/security.md``). A remote client has no entry here: the network's binding and
+firewall decide who reaches the exporter from elsewhere.
 """
 
 from __future__ import annotations
@@ -16,19 +17,17 @@ import ipaddress
 import socket
 import struct
 
+from slurm_gpu.live.localaddr import plain_address
+
 #: The kernel's TCP socket tables, by address family.
 TABLES = {4: "/proc/net/tcp", 6: "/proc/net/tcp6"}
 #: Most of a table read, bytes (a line is 150 bytes: about 100,000 sockets).
 MAX_TABLE_BYTES = 16 * 1024 * 1024
 
 
-def _plain(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The address, with an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as IPv4: a
-    client that connected to a dual-stack listener with IPv4 sits in the IPv4 table."""
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    return addr
+# An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as IPv4: a client that connected to
+# a dual-stack listener with IPv4 sits in the IPv4 table.
+_plain = plain_address
 
 
 def is_loopback(ip: str) -> bool:
@@ -119,7 +118,7 @@ def diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
 
 
 def connection_uid(conn: socket.socket) -> int | None:
-    """The uid owning the client socket of an accepted loopback connection (netlink's socket
+    """The uid owning the client socket of an accepted local connection (netlink's socket
     diagnostics, else the ``/proc`` table); ``None`` when it cannot be told."""
     try:
         peer = conn.getpeername()

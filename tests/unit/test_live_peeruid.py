@@ -114,7 +114,7 @@ def test_a_connection_not_in_the_table_has_no_owner(tmp_path: Path) -> None:
 def exporter(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """An exporter on loopback serving root's connections only; job 42 of alice runs."""
     run_sampler(tmp_path, [50.0] * 3, 3)
-    opts = ExporterOptions(str(tmp_path / "spool"), 1e12, loopback_uids=frozenset({0}))
+    opts = ExporterOptions(str(tmp_path / "spool"), 1e12, local_uids=frozenset({0}))
     srv = make_server(opts, "127.0.0.1", 0)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
