@@ -9,7 +9,6 @@ number checked finite, every string (user, account, partition, host, GPU UUID) c
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from typing import Any
@@ -31,11 +30,20 @@ _JOB_DIR = re.compile(r"^[0-9]{1,20}$")
 _HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\.json$")
 
 
+#: Integers beyond this magnitude are not numbers here (``float()`` of them overflows).
+_MAX_INT = 2**1023
+
+
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
+    """``value`` as a finite float; ``None`` for anything else (a bool, a string, NaN,
+    infinity). Exact type tests (JSON gives plain ``int`` and ``float``; ``bool`` is not
+    ``int`` here): this runs about 900 times per scrape of 64 GPUs."""
+    kind = type(value)
+    if kind is float:
+        return value if value - value == 0.0 else None  # NaN and infinities give NaN
+    if kind is int and -_MAX_INT < value < _MAX_INT:
+        return float(value)
+    return None
 
 
 def _int(value: Any) -> int | None:
@@ -50,22 +58,23 @@ def _text(value: Any, default: str = "") -> str:
 def _gpu(d: Any) -> LiveGpu | None:
     if not isinstance(d, dict) or not isinstance(d.get("uuid"), str):
         return None
+    get = d.get
     return LiveGpu(
-        uuid=_text(d["uuid"]),
-        available=d.get("available", True) is not False,
-        utilization_pct=_num(d.get("utilization_pct")),
-        utilization_recent_pct=_num(d.get("utilization_recent_pct")),
-        utilization_mean_pct=_num(d.get("utilization_mean_pct")),
-        recent_window_s=_num(d.get("recent_window_s")),
-        busy_s=_num(d.get("busy_s")),
-        sampled_s=_num(d.get("sampled_s")),
-        idle_since_s=_num(d.get("idle_since_s")),
-        active_first_s=_num(d.get("active_first_s")),
-        memory_used_bytes=_int(d.get("memory_used_bytes")),
-        memory_total_bytes=_int(d.get("memory_total_bytes")),
-        memory_used_max_bytes=_int(d.get("memory_used_max_bytes")),
-        power_w=_num(d.get("power_w")),
-        energy_j=_num(d.get("energy_j")),
+        _text(d["uuid"]),
+        get("available", True) is not False,
+        _num(get("utilization_pct")),
+        _num(get("utilization_recent_pct")),
+        _num(get("utilization_mean_pct")),
+        _num(get("recent_window_s")),
+        _num(get("busy_s")),
+        _num(get("sampled_s")),
+        _num(get("idle_since_s")),
+        _num(get("active_first_s")),
+        _int(get("memory_used_bytes")),
+        _int(get("memory_total_bytes")),
+        _int(get("memory_used_max_bytes")),
+        _num(get("power_w")),
+        _num(get("energy_j")),
     )
 
 

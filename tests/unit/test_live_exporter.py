@@ -325,3 +325,27 @@ def test_live_summary_stays_small_for_sixteen_gpus(tmp_path: Path) -> None:
     write_live(sampler.paths, body, None)
     assert os.path.getsize(sampler.paths.live) < 16 * 1024
     assert len(json.loads(Path(sampler.paths.live).read_bytes())["gpus"]) == 16
+
+
+def test_numbers_are_plain_finite_ints_and_floats_and_nothing_else() -> None:
+    from slurm_gpu.live.snapshot import parse_summary
+
+    gpu = {
+        "uuid": "GPU-a",
+        "utilization_pct": 12,  # an int is a number
+        "utilization_recent_pct": float("nan"),
+        "utilization_mean_pct": float("inf"),
+        "busy_s": True,  # a bool is not
+        "sampled_s": "5",
+        "power_w": 10**400,  # beyond a float: not a number (float() would overflow)
+        "energy_j": -2.5,
+        "memory_used_bytes": 3.9,
+        "memory_total_bytes": -1,
+    }
+    body = {"job_id": "7", "hostname": "n1", "started_s": 1, "updated_s": 2.0, "gpus": [gpu]}
+    g = parse_summary(body).gpus[0]
+    assert g.utilization_pct == 12.0 and type(g.utilization_pct) is float
+    assert g.utilization_recent_pct is None and g.utilization_mean_pct is None
+    assert g.busy_s is None and g.sampled_s is None and g.power_w is None
+    assert g.energy_j == -2.5
+    assert g.memory_used_bytes == 3 and g.memory_total_bytes is None
