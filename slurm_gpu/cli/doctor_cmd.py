@@ -149,9 +149,10 @@ CHECKS = (
     "transport",
 )
 
-#: Checks that act on the settings (open GPUs, run sacct, open the store): not run on a
-#: configuration file that is not trusted, whose sacct_path or store URL another account chose.
-ACTING = ("telemetry", "accounting", "store", "visibility", "live", "transport")
+#: Checks that act on the settings (open GPUs, run sacct, open the store, connect to the
+#: exporter's address): not run on a configuration file that is not trusted, whose sacct_path,
+#: store URL or addresses another account chose.
+ACTING = ("telemetry", "accounting", "store", "visibility", "live", "exporter", "transport")
 
 
 @click.command("doctor")
