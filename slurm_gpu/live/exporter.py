@@ -195,16 +195,17 @@ class ExporterServer(ThreadingWSGIServer):
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
         self.setup_environ()
 
-    def _refused_local(self, request: socket.socket, client_address: Any) -> int | bool | None:
-        """``False`` when the client may be served; else the uid (``None``: unknown) of a
-        local client that is not one of ``local_uids``."""
+    def _local_refusal(
+        self, request: socket.socket, client_address: Any
+    ) -> tuple[bool, int | None]:
+        """Whether the client is refused (a local one whose socket is not an account of
+        ``local_uids``, or whose owner cannot be found), and its uid (``None``: a remote
+        client, or unknown)."""
         allowed = self.options.local_uids
         if allowed is None or not is_local_address(str(client_address[0])):
-            return False
+            return False, None
         uid = connection_uid(request)
-        if uid is not None and uid in allowed:
-            return False
-        return uid
+        return uid is None or uid not in allowed, uid
 
     def _log_refusal(self, uid: int | None, peer: str) -> None:
         """One line per account per ``REFUSAL_LOG_INTERVAL_S`` (a user looping on the port
@@ -219,10 +220,10 @@ class ExporterServer(ThreadingWSGIServer):
         log.info("refused a local client of uid %s from %s%s", uid, peer, more)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
-        refused = self._refused_local(request, client_address)
-        if refused is False:
+        refused, uid = self._local_refusal(request, client_address)
+        if not refused:
             return True
-        self._log_refusal(refused if isinstance(refused, int) else None, str(client_address[0]))
+        self._log_refusal(uid, str(client_address[0]))
         answer_now(request, 403, "Served to root and the Prometheus account only")
         return False
 
