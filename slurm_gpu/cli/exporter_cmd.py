@@ -103,9 +103,7 @@ def cli(
     )
     if textfile:
         group = (
-            textfile_group
-            if textfile_group is not None
-            else str(getattr(settings.live, "exporter_textfile_group", ""))
+            textfile_group if textfile_group is not None else settings.live.exporter_textfile_group
         )
         gid = _textfile_gid(group)
         try:

@@ -19,8 +19,14 @@ class LiveSettings:
     exporter_port: int = setting(9817, "Port slurm-gpu exporter listens on.", min=1, max=65535)
     exporter_allowed_users: tuple[str, ...] = setting(
         ["prometheus"],
-        "Accounts besides root whose connections from this host (loopback) the exporter "
-        "serves (the local Prometheus); other local users get 403.",
+        "Accounts besides root whose connections from any of this host's addresses the "
+        "exporter serves (the local Prometheus); other local users get 403.",
+    )
+    exporter_textfile_group: str = setting(
+        "",
+        "Group that may read the file `slurm-gpu exporter --textfile` writes (the account "
+        "node_exporter runs as; Debian: prometheus): mode 0640 with that group; empty: 0600, "
+        "root's alone.",
     )
     stale_after_s: float = setting(
         180.0,
