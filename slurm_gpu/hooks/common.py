@@ -113,12 +113,12 @@ class JobEnv:
     def spool_hostname(self) -> str:
         """The name this node's spool files carry: Slurm's node name, else the host name."""
         name = self.node_name
-        if name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and ".." not in name:
+        if name and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) and ".." not in name:
             return name
         return short_hostname()
 
 
-_SLUID = re.compile(r"^s[0-9A-Z]{13}$")
+_SLUID = re.compile(r"s[0-9A-Z]{13}")
 
 
 def check_sluid(text: str | None) -> str | None:
