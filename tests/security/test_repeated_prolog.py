@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_node_side import _started, paths_of, run_hook
+from test_node_side import _job_id, _started, paths_of, run_hook
 
 from slurm_gpu.capture.spool import write_pidfile
 from slurm_gpu.hooks.common import JobEnv, read_cmdline
@@ -44,20 +44,24 @@ def site(tmp_path: Path) -> dict[str, object]:
 
 
 def _pids(job: str) -> list[int]:
+    """The samplers of ``job`` (a random id: the node may run other samplers, and only this
+    test's are looked at or stopped)."""
     return [pid for pid, _start in find_job_samplers(job)]
 
 
 def _end(site: dict[str, object], job: str) -> None:
     run_hook(site, "epilog", job)
-    for pid in _pids(job):  # never leave a sampler behind, whatever the test found
-        os.kill(pid, 9)
-        wait_gone(pid, 5.0)
+    cfg = str(site["cfg"])
+    for pid in _pids(job):  # never leave one of this test's samplers behind
+        if cfg in read_cmdline(pid):
+            os.kill(pid, 9)
+            wait_gone(pid, 5.0)
 
 
 def test_repeated_prolog_keeps_the_running_sampler_and_starts_no_second(
     site: dict[str, object],
 ) -> None:
-    job = "701"
+    job = _job_id()
     run_hook(site, "prolog", job, SLURM_JOB_GPUS="0")
     first = _started(site, job)
     try:
@@ -76,7 +80,7 @@ def test_repeated_prolog_finds_the_sampler_when_its_pid_file_is_gone(
 ) -> None:
     """Variant: the pid file no longer names the running sampler (removed, or written by
     an older release): the prolog still finds it in /proc and names it again."""
-    job = "702"
+    job = _job_id()
     run_hook(site, "prolog", job, SLURM_JOB_GPUS="0")
     first = _started(site, job)
     try:
@@ -91,7 +95,7 @@ def test_repeated_prolog_finds_the_sampler_when_its_pid_file_is_gone(
 def test_epilog_stops_every_sampler_of_the_job(site: dict[str, object]) -> None:
     """An orphan left by a repeated prolog of an older release (a second sampler of the job
     that no pid file names): the epilog stops it too, and the record is the named one's."""
-    job = "703"
+    job = _job_id()
     run_hook(site, "prolog", job, SLURM_JOB_GPUS="0")
     first = _started(site, job)
     argv = read_cmdline(first[0])
