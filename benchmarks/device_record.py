@@ -10,8 +10,9 @@ Two parts, everything written under ``--out`` (``device.json`` and one sealed re
 2. **Jobs.** For each pattern of ``benchmarks/device_workloads.py``: the real prolog
    (``python -m slurm_gpu.hooks prolog`` with a Slurm-like environment, as slurmd runs it)
    starts the real sampler on the GPU (``telemetry.backend = "nvml"``,
-   ``telemetry.interval_s``), the workload runs as the "job" (its processes carry
-   ``SLURM_JOB_ID``, the sampler's /proc method finds them), the real epilog seals the record.
+   ``telemetry.interval_s``), the workload runs as the "job" (under a stand-in slurmstepd, a
+   shell named ``slurmstepd`` titled ``slurmstepd: [<job>.0]``, where the sampler's /proc
+   method finds it), the real epilog seals the record.
    The sampler's CPU time is read from ``/proc/<pid>/stat`` at two points of the job.
 
 There is no Slurm on the GPU machine: the job's accounting record is composed afterwards from
@@ -255,8 +256,16 @@ def run_job(
     name, _, extra = pattern.partition("@")  # "dataloader@--transform-ms=5"
     argv = [*pin, sys.executable, str(WORKLOADS), name, *extra.split()]
     argv += ["--seconds", str(seconds)] + (["--dry"] if dry else [])
+    # The /proc method counts only processes under the job's own slurmstepd (never by
+    # SLURM_JOB_ID): the workload runs under a root shell with slurmstepd's name and title.
+    stepd = base / "slurmstepd"
+    if not stepd.exists():
+        shutil.copy("/bin/sh", stepd)
+    argv = [f"slurmstepd: [{job_id}.0]", "-c", '"$@"; exit $?', "slurmstepd", *argv]
     work_start = time.time()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, cwd=str(base))
+    proc = subprocess.Popen(
+        argv, executable=str(stepd), env=env, stdout=subprocess.PIPE, cwd=str(base)
+    )
     time.sleep(min(10.0, seconds / 4))
     cpu_mark = (time.time(), _cpu_ticks(sampler)) if sampler else None
     out, _ = proc.communicate(timeout=seconds + 120)

@@ -22,7 +22,7 @@ from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.telemetry.base import TelemetrySource
-from slurm_gpu.trust import untrusted_ancestry_reason, untrusted_reason
+from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted_reason
 
 
 class Status(StrEnum):
@@ -181,23 +181,22 @@ def dir_untrusted_reason(path: str) -> str | None:
     """Why another account could change what is in directory ``path``, or None.
 
     The directory must be a real directory (not a symbolic link), owned by root or the caller
-    and not writable by group or others; every directory above it the same, except that a
-    sticky one (``/tmp``) may be writable when the entry below it is root's or the caller's.
-    The rule of ``slurm_gpu.trust`` for files, applied to a directory.
+    and not writable by group or others; every directory traversed to reach it the same,
+    except that a sticky one (``/tmp``) may be writable when the entry below it is root's or
+    the caller's. The rule of ``slurm_gpu.trust`` for files, applied to a directory, on the
+    path as configured (never its ``realpath``).
     """
     try:
-        lst = os.lstat(path)
-    except OSError as exc:
-        return f"cannot stat {path} ({exc.strerror})"
-    if stat.S_ISLNK(lst.st_mode):
-        return f"{path} is a symbolic link"
-    if not stat.S_ISDIR(lst.st_mode):
-        return f"{path} is not a directory"
-    if lst.st_uid not in {0, os.geteuid()}:
-        return f"{path} is owned by uid {lst.st_uid}, not root"
-    if lst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by group or others (mode {stat.S_IMODE(lst.st_mode):04o})"
-    return untrusted_ancestry_reason(path, lst.st_uid)
+        fd = open_trusted_dir(path, final_link=False)
+    except UntrustedPathError as exc:
+        return exc.reason
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def check_config(path: str | None) -> Check:

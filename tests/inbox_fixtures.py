@@ -86,8 +86,9 @@ class InboxDb:
 
 
 @contextmanager
-def inbox_db(tmp: Path) -> Iterator[InboxDb]:
-    """A migrated store in its own schema and a node role granted its inbox."""
+def inbox_db(tmp: Path, hosts: tuple[str, ...] = ("n1", "n2", "n3")) -> Iterator[InboxDb]:
+    """A migrated store in its own schema and a node role granted its inbox, bound to
+    ``hosts`` (the tests' role stands in for every node they push as)."""
     from slurm_gpu.store import Store
     from slurm_gpu.store.inbox import grant_node_role
 
@@ -100,7 +101,7 @@ def inbox_db(tmp: Path) -> Iterator[InboxDb]:
     try:
         url = _schema_url(base, schema)
         with Store.open(url) as store:
-            grant_node_role(store.engine, role)
+            grant_node_role(store.engine, role, hosts)
         parsed = make_url(base)
         password_file = tmp / f"{role}.password"
         fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from slurm_gpu.errors import UsageError
 
 _ID_RE = re.compile(
-    r"^(?P<job>\d+)(?:_(?P<task>\d+|\[[0-9,\-:%]+\])|\+(?P<offset>\d+))?(?:\.(?P<step>[A-Za-z0-9_+\-]+))?$"
+    r"(?P<job>\d+)(?:_(?P<task>\d+|\[[0-9,\-:%]+\])|\+(?P<offset>\d+))?(?:\.(?P<step>[A-Za-z0-9_+\-]+))?"
 )
 
 
@@ -33,7 +33,7 @@ class JobId:
 
 def parse_job_id(text: str) -> JobId:
     """Parse a user-typed job id; raises ``UsageError`` with a hint when it is not one."""
-    match = _ID_RE.match(text.strip())
+    match = _ID_RE.fullmatch(text.strip())
     if not match:
         raise UsageError(
             f"{text!r} is not a Slurm job id",

@@ -17,7 +17,7 @@ from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.errors import AccountingError
 
 #: A partition name as slurm.conf allows it; anything else in scontrol's output is ignored.
-_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 #: Bytes of scontrol output read at most (a few hundred bytes per partition).
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 
@@ -37,7 +37,7 @@ def parse_exclusive(text: str) -> frozenset[str]:
     for line in text.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         name = fields.get("PartitionName", "")
-        if fields.get("OverSubscribe", "").upper() == "EXCLUSIVE" and _NAME.match(name):
+        if fields.get("OverSubscribe", "").upper() == "EXCLUSIVE" and _NAME.fullmatch(name):
             found.add(name)
     return frozenset(found)
 

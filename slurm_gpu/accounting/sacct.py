@@ -98,7 +98,7 @@ def text_delimiter() -> str:
     return "\x1f" + os.urandom(8).hex() + "\x1f"
 
 
-_RAW_ID_RE = re.compile(r"^\d+(?:\.[A-Za-z0-9_+\-]+)?$")
+_RAW_ID_RE = re.compile(r"\d+(?:\.[A-Za-z0-9_+\-]+)?")
 _UNKNOWN = frozenset({"", "Unknown", "None", "(null)", "N/A"})
 
 
@@ -152,7 +152,7 @@ def split_records(
             continue
         first_end = text.find(delimiter, pos)
         raw_id = text[pos:first_end] if first_end >= 0 else ""
-        if first_end < 0 or not _RAW_ID_RE.match(raw_id):
+        if first_end < 0 or not _RAW_ID_RE.fullmatch(raw_id):
             skipped += 1
             pos = _next_line(text, pos)
             continue

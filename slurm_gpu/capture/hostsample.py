@@ -12,15 +12,15 @@ Three methods, probed in this order and recorded in every ``HostSample.method``:
 ``proc``
     When Slurm tracks processes without cgroups (``proctrack/linuxproc``): the job's
     processes, summing ``/proc/<pid>/stat`` and ``io``. A process is the job's when it runs as
-    the job's uid and either descends from a slurmstepd of this job (root's, ``slurmstepd:
-    [<id>.<step>]``) or holds ``SLURM_JOB_ID=<id>`` in the first ``ENVIRON_MAX_BYTES`` of its
-    environment; another user's process never is. Counters are kept monotonic when processes
-    exit (see ``ProcHostSampler``).
+    the job's uid and descends from a slurmstepd of this job (root's, ``slurmstepd:
+    [<id>.<step>]``); its environment never decides (the job's owner can set ``SLURM_JOB_ID``
+    on any process of theirs), and another user's process never is. Counters are kept
+    monotonic when processes exit (see ``ProcHostSampler``).
 
 A job's cgroup directory counts only when root (or the sampler's account) owns it: a user may
 create cgroups in a subtree delegated to them. The /proc method is kept for the whole job only
 once a process descending from the job's slurmstepd was seen; until then the cgroups are
-probed again at every reading, so a process that merely sets the variable cannot pin it.
+probed again at every reading.
 
 Nothing here raises for one unreadable file: a value that cannot be read is ``None``.
 """
@@ -57,44 +57,6 @@ def _read_text(path: str) -> str | None:
     finally:
         os.close(fd)
     return b"".join(chunks).decode("ascii", errors="replace")
-
-
-#: Most bytes of a process's initial environment read to find ``SLURM_JOB_ID=``, bytes. The
-#: environment is the process's own to make as large as it likes (terabytes, on a sparse
-#: mapping, at no cost to it); slurmstepd puts the variable among the first few KiB, and a
-#: variable beyond this bound is not seen.
-ENVIRON_MAX_BYTES = 64 * 1024
-_ENVIRON_CHUNK = 8192
-
-
-def environ_has(
-    path: str, needle: bytes, limit: int = ENVIRON_MAX_BYTES
-) -> tuple[bool | None, int]:
-    """Whether the environment file ``path`` holds the variable ``needle`` (``NAME=value``)
-    within its first ``limit`` bytes, and how many bytes were read. Reads in chunks and stops
-    at the first match. ``None`` when unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None, 0
-    # A variable starts the file or follows a NUL, and ends with a NUL or the file's end.
-    target = b"\0" + needle + b"\0"
-    data = b"\0"
-    total = 0
-    try:
-        while total < limit:
-            chunk = os.read(fd, min(_ENVIRON_CHUNK, limit - total))
-            if not chunk:
-                return data.endswith(target[:-1]), total  # the whole file: the last one
-            total += len(chunk)
-            data = data[-len(target) :] + chunk
-            if target in data:
-                return True, total
-    except OSError:
-        return None, total
-    finally:
-        os.close(fd)
-    return False, total  # cut at the bound: a variable running past it is not complete
 
 
 def _kv_file(path: str) -> dict[str, int]:
@@ -369,7 +331,7 @@ class _ProcState:
 
 
 #: Most new processes whose membership is decided in one reading (one look at their
-#: ancestry and environment each); the others wait for the next reading. Bounds the work a
+#: ancestry each); the others wait for the next reading. Bounds the work a
 #: user can cause by creating processes.
 MAX_NEW_PIDS_PER_READING = 256
 #: Most ancestors looked at to find the job's slurmstepd above a process.
@@ -429,12 +391,14 @@ def _parse_proc_io(text: bytes) -> tuple[int, int]:
 class ProcHostSampler:
     """Sums the job's processes from /proc, keeping counters monotonic.
 
-    A process belongs to the job when it runs as the job's ``uid`` and either descends from a
-    slurmstepd of this job (its parents, followed through ``/proc/<pid>/stat``, reach a
-    root-owned ``slurmstepd`` whose command line is ``slurmstepd: [<id>.<step>]``) or holds
-    ``SLURM_JOB_ID=<id>`` in the first ``ENVIRON_MAX_BYTES`` of its initial environment (the
-    sampler itself is started with that variable removed). Without a ``uid`` only the
-    ancestry counts. ``verified`` tells whether a process of the first kind was seen. At most
+    A process belongs to the job when it runs as the job's ``uid`` (any uid when ``uid`` is
+    None) and descends from a slurmstepd of this job: its parents, followed through
+    ``/proc/<pid>/stat``, reach a root-owned ``slurmstepd`` whose command line is
+    ``slurmstepd: [<id>.<step>]``. The environment is never read: the job's owner can start a
+    process outside the job with ``SLURM_JOB_ID=<id>`` and make an idle job look busy. A
+    process seen under the slurmstepd stays the job's when it is later re-parented (a daemon
+    started by the job); one that detached before the first look is not counted.
+    ``verified`` tells whether a job process was seen. At most
     ``MAX_NEW_PIDS_PER_READING`` new processes are looked at per reading. Processes are
     keyed by (pid, start time) so that a reused pid is a new process.
 
@@ -463,7 +427,6 @@ class ProcHostSampler:
         self.job_id = job_id
         self.uid = uid
         self.proc_root = proc_root
-        self._needle = f"SLURM_JOB_ID={job_id}".encode()
         self._stepd_prefixes = (
             f"slurmstepd: [{job_id}.".encode(),
             f"slurmstepd: [{job_id}]".encode(),
@@ -474,16 +437,12 @@ class ProcHostSampler:
         self._deferred = False
         self.verified = False
         """Whether a process descending from this job's slurmstepd has been seen."""
-        self.environ_bytes = 0
-        """Bytes read from environment files so far."""
-        self.environ_bytes_max = 0
-        """Most bytes read from one environment file (at most ``ENVIRON_MAX_BYTES``)."""
         self._exclude = exclude_pids | {os.getpid()}
         # pid -> the process tracked under that pid (its start time inside).
         self._tracked: dict[int, _ProcState] = {}
-        # pid -> (start ticks, whether it belongs to the job, whether that is final); the
-        # initial environment of a process does not change after exec, so membership is
-        # decided on two looks per process.
+        # pid -> (start ticks, whether it belongs to the job, whether that is final);
+        # membership is decided on two looks per process (slurmstepd forks, then sets the
+        # job's uid and execs).
         self._membership: dict[int, tuple[int | None, bool, bool]] = {}
         # /proc entry names settled as not the job's (and non-pid entries such as "self").
         self._skip: set[str] = set()
@@ -537,10 +496,11 @@ class ProcHostSampler:
 
     def _is_job_stepd(self, pid: int) -> bool:
         """Whether ``pid`` (named ``slurmstepd``) is a slurmstepd of this job: root's, with the
-        job id in its command line (a user cannot give a root process a name)."""
+        job id in its command line (a user cannot give a root process a name). The sampler's
+        own account counts as root, as in ``slurm_gpu.trust``: the sampler runs as root."""
         path = f"{self.proc_root}/{pid}"
         try:
-            if os.stat(path).st_uid != 0:
+            if os.stat(path).st_uid not in (0, os.geteuid()):
                 return False
         except OSError:
             return False
@@ -586,12 +546,7 @@ class ProcHostSampler:
         if self._descends_from_stepd(ppid):
             self.verified = True
             return True
-        if self.uid is None:
-            return False  # the variable alone never decides
-        found, read = environ_has(f"{path}/environ", self._needle)
-        self.environ_bytes += read
-        self.environ_bytes_max = max(self.environ_bytes_max, read)
-        return bool(found)
+        return False  # never by environment: the owner sets SLURM_JOB_ID where they like
 
     def sample(self, now_s: float | None = None) -> HostSample:
         now = time.time() if now_s is None else now_s
@@ -801,9 +756,8 @@ class AutoHostSampler:
     The prolog starts the sampler before slurmstepd has created the job's cgroup (with
     ``PrologFlags=Alloc`` the prolog runs at allocation), so a single probe at start would fall
     back to /proc for good. Until a cgroup appears or /proc shows a process descending from
-    the job's slurmstepd (``ProcHostSampler.verified``), every reading probes again: a process
-    counted only for its uid and variable does not decide the method. Where Slurm keeps a
-    cgroup tree on the node, even a verified process pins /proc only after
+    the job's slurmstepd (``ProcHostSampler.verified``), every reading probes again. Where
+    Slurm keeps a cgroup tree on the node, even a verified process pins /proc only after
     ``CGROUP_GRACE_READINGS`` readings without the job's cgroup (the readings meanwhile are
     /proc's).
     """

@@ -60,15 +60,9 @@ def read_password(path: str) -> str:
     """The password in ``path``: a regular file of root (or the caller) that no other account
     may read or write, in directories no other account may write (``slurm_gpu.trust``).
     Raises ``ConfigError``."""
-    from slurm_gpu.trust import require_trusted_file
+    from slurm_gpu.trust import require_trusted_fd
 
-    real = require_trusted_file(path)
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read ({exc.strerror})", key="ship.password_file", path=path
-        ) from None
+    fd = require_trusted_fd(path, key="ship.password_file")
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:

@@ -441,8 +441,8 @@ class Sampler:
         if now - self._gone_since < ORPHAN_GRACE_S:
             return False
         log.warning(
-            "the job's cgroup has been gone for %.0f s and no epilog stopped this sampler; "
-            "sealing the record",
+            "the job has ended (its cgroup or slurmstepd gone, or past its end) %.0f s ago "
+            "and no epilog stopped this sampler; sealing the record",
             now - self._gone_since,
         )
         self._note("sealed_without_epilog")

@@ -36,8 +36,8 @@ LIVE_MAX_BYTES = 64 * 1024
 #: What follows the spool directory's name to name the live directory beside it.
 LIVE_DIR_SUFFIX = "-live"
 
-_JOB_ID_RE = re.compile(r"^[0-9]+$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_JOB_ID_RE = re.compile(r"[0-9]+")
+_HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 #: ``<spool_dir>/owners/<uuid>.json``: which job and uid hold each GPU right now.
 OWNERS_DIR = "owners"
@@ -52,7 +52,7 @@ def owner_file(spool_dir: str, uuid: str) -> str:
 
 def check_job_id(job_id: str) -> str:
     """A raw Slurm job id (digits only), so it is safe as a directory name."""
-    if not _JOB_ID_RE.match(job_id):
+    if not _JOB_ID_RE.fullmatch(job_id):
         raise SpoolFormatError(
             f"not a raw Slurm job id: {job_id!r}", hint="use JobIDRaw, digits only"
         )
@@ -60,7 +60,7 @@ def check_job_id(job_id: str) -> str:
 
 
 def check_hostname(hostname: str) -> str:
-    if not _HOST_RE.match(hostname) or ".." in hostname:
+    if not _HOST_RE.fullmatch(hostname) or ".." in hostname:
         raise SpoolFormatError(f"unusable host name: {hostname!r}")
     return hostname
 

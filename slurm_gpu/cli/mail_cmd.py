@@ -252,7 +252,9 @@ def mailprog(
     settings: Settings | None = None
     if reason is None:
         try:
-            settings = load_settings(call.config_path)
+            # Read from the descriptor the trust walk checked (SlurmUser is not root, where
+            # ``trusted=None`` would read the name again unchecked).
+            settings = load_settings(call.config_path, trusted=True)
         except SlurmGpuError as err:
             reason = err.message
     if settings is None:

@@ -251,14 +251,22 @@ def export(ctx: click.Context, since: str, until: str, fmt: str, what: str, out_
 
 @cli.command("grant-node")
 @click.argument("role")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="A node whose records ROLE may push (repeat for more); default: the host named ROLE.",
+)
 @click.option("--revoke", is_flag=True, help="Take the inbox away from ROLE instead.")
 @click.pass_context
-def grant_node(ctx: click.Context, role: str, revoke: bool) -> None:
+def grant_node(ctx: click.Context, role: str, hosts: tuple[str, ...], revoke: bool) -> None:
     """Let ROLE push nodes' records into the PostgreSQL inbox ([ship] transport = postgresql).
 
     ROLE must exist (CREATE ROLE ... LOGIN, by the database's administrator); it gets INSERT
     on the node columns of record_inbox and nothing else, and row-level security hides every
-    row of the store from it (docs/transport.md). Run as the collector (the tables' owner).
+    row of the store from it (docs/transport.md). Its rows count only for the hosts it is
+    bound to (--host; default the host named like the role): others are quarantined. Run as
+    the collector (the tables' owner).
     """
     from slurm_gpu.store import Store
     from slurm_gpu.store.inbox import grant_node_role, revoke_node_role
@@ -269,5 +277,6 @@ def grant_node(ctx: click.Context, role: str, revoke: bool) -> None:
             revoke_node_role(store.engine, role)
             click.echo(f"{role}: may no longer push records")
         else:
-            grant_node_role(store.engine, role)
-            click.echo(f"{role}: may insert records into record_inbox, and nothing else")
+            grant_node_role(store.engine, role, hosts)
+            bound = ", ".join(hosts or (role,))
+            click.echo(f"{role}: may insert records of {bound} into record_inbox, and nothing else")

@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from slurm_gpu.collector.safefs import DIR_FLAGS
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.trust import untrusted_ancestry_reason
+from slurm_gpu.trust import UntrustedPathError, open_trusted_dir
 
 log = logging.getLogger("slurm_gpu.collector")
 
@@ -49,18 +48,18 @@ class JobQueue:
         or lies below a directory that an account other than root could change."""
         if not self.path:
             return []
-        try:
-            fd = os.open(self.path, DIR_FLAGS)
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return []
-        except OSError as exc:
+        try:
+            # Walked as configured: every directory above checked on its descriptor; the
+            # queue itself (SlurmUser's) opened without following a link.
+            fd = open_trusted_dir(self.path, check_final=False, final_link=False)
+        except UntrustedPathError as exc:
+            link = exc.reason.endswith("is a symbolic link")
             raise self._refuse(
-                f"cannot open it ({exc.strerror}; a symlink is never followed)"
+                exc.reason + (": a symlink is never followed" if link else "")
             ) from None
         try:
-            reason = untrusted_ancestry_reason(self.path, os.fstat(fd).st_uid)
-            if reason is not None:
-                raise self._refuse(reason)
             return self._take(fd)
         finally:
             os.close(fd)

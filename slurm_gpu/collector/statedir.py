@@ -15,13 +15,12 @@ be readable by a group; the directory is never writable by one.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 
-from slurm_gpu.collector.safefs import DIR_FLAGS, OTHERS_WRITE
+from slurm_gpu.collector.safefs import OTHERS_WRITE
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.trust import untrusted_ancestry_reason
+from slurm_gpu.trust import UntrustedPathError, open_trusted_dir
 
 #: Names in the state directory that root opens by name through a library (SQLite) and
 #: therefore must be, when they exist, regular files of this user with a single link.
@@ -49,21 +48,18 @@ def _refuse(path: str, reason: str) -> ConfigError:
 def open_state_dir(path: str) -> int:
     """A descriptor of the state directory, made (0755) when missing; ``ConfigError`` (exit
     code 3) when it is a symlink, not a directory, or writable or replaceable by an account
-    other than root and the caller."""
+    other than root and the caller.
+
+    The path is walked as configured (``slurm_gpu.trust.open_trusted_dir``): each directory
+    opened without following links relative to its checked parent, missing ones made there,
+    and the checks below run on the descriptor that is returned, so nothing is opened by
+    name after it was checked."""
     if not os.path.isabs(path):
         raise _refuse(path, "not an absolute path")
-    if not os.path.lexists(path):
-        try:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-        except OSError as exc:
-            raise _refuse(path, f"cannot create it ({exc.strerror})") from None
     try:
-        fd = os.open(path, DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            what = "a symbolic link" if os.path.islink(path) else "not a directory"
-            raise _refuse(path, f"it is {what}") from None
-        raise _refuse(path, f"cannot open it ({exc.strerror})") from None
+        fd = open_trusted_dir(path, check_final=False, create_mode=0o755, final_link=False)
+    except UntrustedPathError as exc:
+        raise _refuse(path, exc.reason) from None
     try:
         st = os.fstat(fd)
         reason = None
@@ -72,7 +68,7 @@ def open_state_dir(path: str) -> int:
         elif st.st_mode & OTHERS_WRITE:
             reason = f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
         else:
-            reason = untrusted_ancestry_reason(path, st.st_uid) or _foreign_store_file(fd)
+            reason = _foreign_store_file(fd)
         if reason is not None:
             raise _refuse(path, reason)
     except BaseException:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -87,32 +86,16 @@ def _not_found(path: str) -> ConfigError:
 
 def _read_trusted(path: str, explicit: bool) -> bytes | None:
     """The bytes of ``path`` if it is a trusted file; ``None`` when the default file is
-    absent. The check runs on the resolved path, whose directories no other account can
-    write, and is repeated on the opened descriptor, so the file read is the file checked."""
-    from slurm_gpu.trust import require_trusted_file
+    absent. The path is walked as configured, each directory checked on its descriptor, and
+    the bytes are read from the descriptor that was checked (``slurm_gpu.trust``)."""
+    from slurm_gpu.trust import require_trusted_fd
 
     if not os.path.exists(path):
         if explicit:
             raise _not_found(path)
         return None
-    real = require_trusted_file(path)
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror})", path=path) from None
+    fd = require_trusted_fd(path)
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid not in (0, os.geteuid())
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        ):
-            # Replaced between the check and the open: only root could have done that.
-            raise ConfigError(
-                "not a trusted file: it changed while being opened",
-                path=path,
-                hint="run again; check who else manages the configuration",
-            )
         try:
             return fh.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:

@@ -32,14 +32,15 @@ def _log_file_from_broken_config(path: str | None) -> str:
     the failure is logged where the site looks, not only to syslog. Never from a file that is
     not trusted: its log_file would make root create and append to a file of its writer's
     choosing."""
-    from slurm_gpu.trust import untrusted_reason
+    from slurm_gpu.trust import UntrustedPathError, open_trusted_file
 
-    if not path or untrusted_reason(path) is not None:
+    if not path:
         return ""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        # Read from the descriptor that was checked, not the name again.
+        with os.fdopen(open_trusted_file(path), encoding="utf-8", errors="replace") as fh:
             text = fh.read(65536)
-    except OSError:
+    except (UntrustedPathError, OSError):
         return ""
     m = re.search(r'^\s*log_file\s*=\s*"([^"\n]*)"', text, re.MULTILINE)
     return m.group(1) if m else ""

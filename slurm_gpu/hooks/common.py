@@ -86,6 +86,9 @@ class JobEnv:
     sluid: str | None = None
     """``SLURM_JOB_SLUID`` (Slurm 25.11+): the job's unique id, which names its cgroup v2
     directory on 26.05+ unless ``CgroupJobIdPaths=yes``; only when it has a SLUID's form."""
+    end_time_s: int | None = None
+    """``SLURM_JOB_END_TIME`` where Slurm gives it: the job's projected end (its time limit),
+    seconds since the epoch; bounds the sampler's life (``hooks.sampler``)."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
@@ -108,17 +111,25 @@ class JobEnv:
             account=environ.get("SLURM_JOB_ACCOUNT") or None,
             partition=environ.get("SLURM_JOB_PARTITION") or None,
             sluid=check_sluid(environ.get("SLURM_JOB_SLUID")),
+            end_time_s=_epoch(environ.get("SLURM_JOB_END_TIME")),
         )
 
     def spool_hostname(self) -> str:
         """The name this node's spool files carry: Slurm's node name, else the host name."""
         name = self.node_name
-        if name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and ".." not in name:
+        if name and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) and ".." not in name:
             return name
         return short_hostname()
 
 
-_SLUID = re.compile(r"^s[0-9A-Z]{13}$")
+def _epoch(text: str | None) -> int | None:
+    """A positive count of seconds since the epoch, else ``None``."""
+    if text is None or not re.fullmatch(r"[0-9]{1,12}", text):
+        return None
+    return int(text) or None
+
+
+_SLUID = re.compile(r"s[0-9A-Z]{13}")
 
 
 def check_sluid(text: str | None) -> str | None:
@@ -133,11 +144,11 @@ def short_hostname() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def read_cmdline(pid: int) -> list[str]:
-    """The argv of ``pid``; empty when gone or unreadable."""
+def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str]:
+    """The argv of ``pid`` (its first 64 KiB); empty when gone or unreadable."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            raw = fh.read()
+        with open(f"{proc_root}/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(65536)
     except OSError:
         return []
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]

@@ -48,7 +48,36 @@ def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
     recorded, and a command line naming the sampler and this job id."""
     if start_ticks is not None and process_start_ticks(pid) != start_ticks:
         return False
-    argv = read_cmdline(pid)
+    return _names_job_sampler(read_cmdline(pid), job_id)
+
+
+def find_job_samplers(job_id: str, proc_root: str = "/proc") -> list[tuple[int, int | None]]:
+    """Every running sampler of ``job_id`` on this node, oldest first, as (pid, start
+    ticks): root's processes whose command line names the sampler and ``--job-id <job_id>``.
+    A repeated prolog once left one that no pid file named; the epilog stops them all. Lists
+    /proc once (a few ms); only root-owned processes have their command line read."""
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
+    me = os.getpid()
+    found: list[tuple[int, int | None]] = []
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"{proc_root}/{name}").st_uid != 0:
+                continue
+        except OSError:
+            continue
+        if _names_job_sampler(read_cmdline(pid, proc_root), job_id):
+            found.append((pid, process_start_ticks(pid, proc_root)))
+    found.sort(key=lambda s: (s[1] is None, s[1] or 0, s[0]))
+    return found
+
+
+def _names_job_sampler(argv: list[str], job_id: str) -> bool:
     markers = (CMDLINE_MARKER, *LEGACY_CMDLINE_MARKERS)
     if not any(m in a for a in argv for m in markers):
         return False
@@ -91,15 +120,30 @@ def wait_gone(pid: int, timeout_s: float, clock: Callable[[], float] = time.mono
     return True
 
 
-def stop_sampler(paths: JobSpool, timeout_s: float) -> str:
-    """Stop the sampler named by the pid file; returns ``stopped``, ``killed``, ``not_running``
-    or ``no_pidfile``."""
+def stop_sampler(
+    paths: JobSpool,
+    timeout_s: float,
+    find: Callable[[str], list[tuple[int, int | None]]] = find_job_samplers,
+) -> str:
+    """Stop every sampler of the job: the one the pid file names (else the oldest found)
+    with SIGTERM, so that it seals, and any other (a repeated prolog's) with SIGKILL first,
+    so that only one writes the record. Returns ``stopped``, ``killed``, ``not_running`` or
+    ``no_pidfile`` (of the sampler asked to seal)."""
     found = read_pidfile(paths.pid)
-    if found is None:
-        return "no_pidfile"
-    pid, start = found
-    if not is_our_sampler(pid, start, paths.job_id):
-        return "not_running"
+    primary = found if found is not None and is_our_sampler(*found, paths.job_id) else None
+    others = [s for s in find(paths.job_id) if primary is None or s[0] != primary[0]]
+    if primary is None and others:
+        primary, others = others[0], others[1:]
+    for pid, start in others:
+        if is_our_sampler(pid, start, paths.job_id):
+            log.warning("another sampler %d of this job (a repeated prolog); killed", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    for pid, _start in others:
+        wait_gone(pid, 1.0)
+    if primary is None:
+        return "no_pidfile" if found is None else "not_running"
+    pid, start = primary
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -8,17 +8,19 @@ does not reach it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slurm_gpu.capture.spool import JobSpool, write_atomic, write_pidfile
+from slurm_gpu.capture.spool import JobSpool, read_pidfile, write_atomic, write_pidfile
 from slurm_gpu.capture.spoolpaths import OWNERS_DIR, owner_file
 from slurm_gpu.config import Settings
 from slurm_gpu.hooks.common import JobEnv, job_still_running, safe
@@ -93,6 +95,37 @@ def reap_stale_owners(
     return done
 
 
+def keep_running_sampler(
+    paths: JobSpool,
+    find: Callable[[str], list[tuple[int, int | None]]] | None = None,
+) -> str | None:
+    """A prolog run again for the same job and node (a requeue on the same allocation, a
+    slurmd retry) once started a second sampler and recorded it in place of the first, which
+    no epilog then stopped: with the /proc method it ran as root for good, rewriting the ended
+    job's live file. Now a sampler of this job that still runs (the pid file's, checked by
+    start time and command line, else any found in /proc) is kept and named in the pid file,
+    and any other is killed; returns the line for the log, or None when none runs."""
+    from slurm_gpu.hooks.epilog import find_job_samplers, is_our_sampler
+
+    found = read_pidfile(paths.pid)
+    keep = found if found is not None and is_our_sampler(*found, paths.job_id) else None
+    others = [
+        s for s in (find or find_job_samplers)(paths.job_id) if keep is None or s[0] != keep[0]
+    ]
+    if keep is None and others:
+        keep, others = others[0], others[1:]
+    if keep is None:
+        return None
+    for pid, start in others:
+        if is_our_sampler(pid, start, paths.job_id):
+            log.warning("another sampler %d of this job was running; killed", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if found is None or found[0] != keep[0]:
+        write_pidfile(paths.pid, keep[0])
+    return f"sampler {keep[0]} of this job already runs; kept (no second sampler)"
+
+
 def sampler_command(
     settings: Settings, env: JobEnv, uuids: Sequence[str], hostname: str
 ) -> list[str]:
@@ -106,6 +139,8 @@ def sampler_command(
         cmd += ["--sluid", env.sluid]
     if env.cpus_on_node:
         cmd += ["--cores", str(env.cpus_on_node)]
+    if env.end_time_s is not None:
+        cmd += ["--end-time", str(env.end_time_s)]
     # One argument each ("--opt=value"), so a value that begins with "-" stays a value.
     for opt, value in (("user", env.user), ("account", env.account), ("partition", env.partition)):
         if value:
@@ -235,6 +270,9 @@ def run_prolog(settings: Settings, env: JobEnv) -> str:
     hostname = env.spool_hostname()
     paths = JobSpool(settings.paths.spool_dir, env.job_id, hostname)
     paths.create_dir()
+    kept = keep_running_sampler(paths)
+    if kept is not None:
+        return kept
     if settings.hooks.reap_stale_samplers:
         for line in reap_stale_owners(
             settings, settings.paths.spool_dir, hostname, env.job_id, resolution.owner_keys

@@ -1,6 +1,6 @@
 """The sampler process: ``python -I -m slurm_gpu.hooks.sampler --job-id ID --gpus UUID,UUID
-[--uid N] [--cores N] [--user=U] [--account=A] [--partition=P] [--config F]``, started by the
-prolog (or a systemd unit) as root.
+[--uid N] [--cores N] [--user=U] [--account=A] [--partition=P] [--end-time T] [--config F]``,
+started by the prolog (or a systemd unit) as root. Its life is bounded (``JobLifeBound``).
 
 A composition root, like the prolog and the epilog: it reads the (trusted) configuration,
 chooses the telemetry source and the host sampler, and runs ``capture.sampler.Sampler``. No
@@ -14,7 +14,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions, _signal_waiter
 from slurm_gpu.capture.spool import write_pidfile
@@ -43,7 +44,73 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--account", default=None, help="the job's account (live view)")
     p.add_argument("--partition", default=None, help="the job's partition (live view)")
     p.add_argument("--hostname", default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--end-time", type=int, default=None, help="the job's projected end, epoch seconds"
+    )
     return p.parse_args(argv)
+
+
+#: Seconds past the job's projected end (``SLURM_JOB_END_TIME``) after which a sampler that
+#: no epilog stopped takes its job for ended: Slurm's ``OverTimeLimit`` and a slow epilog fit
+#: well within it.
+END_MARGIN_S = 3600.0
+#: Least seconds between two looks for the job's slurmstepd (one listing of /proc each).
+STEPD_CHECK_S = 60.0
+
+
+class JobLifeBound:
+    """The host sampler, whose ``job_gone`` also says when the job has ended by the signs a
+    root process can trust, for a sampler no epilog stopped (a repeated prolog's, a lost
+    epilog): every slurmstepd of the job seen running has exited (looked at once per
+    ``STEPD_CHECK_S``), or the job's projected end plus ``END_MARGIN_S`` has passed. The
+    sampler then seals after ``capture.sampler.ORPHAN_GRACE_S`` and exits, so none runs as
+    root for good."""
+
+    def __init__(
+        self,
+        host: Any,
+        job_id: str,
+        end_time_s: float | None,
+        *,
+        clock: Callable[[], float] = time.time,
+        stepd_running: Callable[[str], bool] | None = None,
+    ) -> None:
+        from slurm_gpu.hooks.common import job_stepd_running
+
+        self.host = host
+        self.job_id = job_id
+        self.end_time_s = end_time_s
+        self._clock = clock
+        self._stepd_running = stepd_running or job_stepd_running
+        self._stepd_seen = False
+        self._stepd_gone = False
+        self._last_look = -1e18
+
+    @property
+    def method(self) -> str:
+        return str(self.host.method)
+
+    def sample(self, now_s: float | None = None) -> Any:
+        return self.host.sample(now_s)
+
+    def allocated_cores(self) -> int | None:
+        return self.host.allocated_cores()  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.host.close()
+
+    def job_gone(self) -> bool:
+        if self.host.job_gone():
+            return True
+        now = self._clock()
+        if self.end_time_s is not None and now > self.end_time_s + END_MARGIN_S:
+            return True
+        if now - self._last_look >= STEPD_CHECK_S:
+            self._last_look = now
+            running = self._stepd_running(self.job_id)
+            self._stepd_seen = self._stepd_seen or running
+            self._stepd_gone = self._stepd_seen and not running
+        return self._stepd_gone
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return open_source(settings)
 
     t0 = time.monotonic()
-    host = AutoHostSampler(job_id, args.uid, sluid=check_sluid(args.sluid))
+    host = JobLifeBound(
+        AutoHostSampler(job_id, args.uid, sluid=check_sluid(args.sluid)), job_id, args.end_time
+    )
     sampler = Sampler(opts, factory, host)
     try:
         sampler.paths.create_dir()

@@ -41,7 +41,7 @@ POLICY = email.policy.SMTP.clone(raise_on_defect=True, max_line_length=78)
 SUBJECT_MAX = 150
 
 #: One plain address or user name (the MailProg's own check, plus a dotted domain).
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9.\-]+\.[A-Za-z]{2,})?$")
+_ADDRESS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9.\-]+\.[A-Za-z]{2,})?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def recipient_address(user: str, domain: str) -> str:
     brackets, line breaks): Slurm passes ``--mail-user`` through unchecked.
     """
     user = user.strip()
-    if not _ADDRESS_RE.match(user):
+    if not _ADDRESS_RE.fullmatch(user):
         raise MailError(
             f"refusing recipient {fmt.clean(user)!r}: not a plain e-mail address or user name",
             hint="--mail-user must be a single address such as alice@example.org",

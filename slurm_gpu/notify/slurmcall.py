@@ -29,7 +29,7 @@ SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 #: One address or user name: it starts with a letter or digit (so it can never read as an
 #: option), and holds no space, comma, angle bracket, quote, pipe or slash (mail(1) treats
 #: ``|cmd`` and ``/file`` recipients as a command to run or a file to write).
-ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9][A-Za-z0-9.\-]*)?$")
+ADDRESS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+\-]*(@[A-Za-z0-9][A-Za-z0-9.\-]*)?")
 
 #: Longest recipient argument kept, in characters (RFC 5321 bounds an address at 254).
 RECIPIENT_MAX = 1000
@@ -38,7 +38,7 @@ RECIPIENT_MAX = 1000
 SUBJECT_MAX = 512
 
 #: Names of the environment variables kept, and how many of them.
-_ENV_NAME_RE = re.compile(r"^SLURM_[A-Z0-9_]{1,64}$")
+_ENV_NAME_RE = re.compile(r"SLURM_[A-Z0-9_]{1,64}")
 ENV_MAX_VARS = 64
 ENV_VALUE_MAX = 1024
 
@@ -85,7 +85,11 @@ def valid_recipient(text: str) -> bool:
     """Whether ``text`` is one address or user name, or a comma-separated list of them."""
     if not text or len(text) > RECIPIENT_MAX:
         return False
-    return all(ADDRESS_RE.match(part) for part in text.split(","))
+    # Refused outright, whatever the pattern: a newline or CR would split the mail program's
+    # argv or headers further down (``fullmatch``, since ``$`` matches before a final "\n").
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text):
+        return False
+    return all(ADDRESS_RE.fullmatch(part) for part in text.split(","))
 
 
 def shown(text: str) -> str:
@@ -100,7 +104,7 @@ def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
     for name in sorted(environ):
         if len(kept) >= ENV_MAX_VARS:
             break
-        if _ENV_NAME_RE.match(name):
+        if _ENV_NAME_RE.fullmatch(name):
             kept[name] = clean_user_text(environ[name], ENV_VALUE_MAX)
     kept["PATH"] = SAFE_PATH
     return kept

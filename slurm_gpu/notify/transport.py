@@ -6,6 +6,8 @@ header that slipped through could not add a recipient.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import smtplib
@@ -18,6 +20,7 @@ from typing import Protocol
 
 from slurm_gpu.config import MailSettings
 from slurm_gpu.errors import ConfigError, MailError
+from slurm_gpu.privatefile import create_private, open_out_dir
 
 
 class Mailer(Protocol):
@@ -155,13 +158,24 @@ class DirMailer:
         self.sent: list[tuple[EmailMessage, tuple[str, ...]]] = []
 
     def send(self, msg: EmailMessage, recipients: Sequence[str]) -> None:
-        """Write the message; raises ``MailError`` when the directory is not writable."""
+        """Write the message as a new 0600 file, created by descriptor inside the directory
+        (made 0700 when missing; a link is never followed nor a file overwritten:
+        ``slurm_gpu.privatefile``); raises ``MailError`` when that cannot be done."""
+        safe = re.sub(r"[^A-Za-z0-9@._-]", "_", ",".join(recipients))[:80]
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            n = len([f for f in os.listdir(self.directory) if f.endswith(".eml")])
-            safe = re.sub(r"[^A-Za-z0-9@._-]", "_", ",".join(recipients))[:80]
-            path = os.path.join(self.directory, f"{n + 1:04d}-{safe}.eml")
-            with open(path, "wb") as fh:
+            dir_fd = open_out_dir(self.directory)
+            try:
+                n = len([f for f in os.listdir(dir_fd) if f.endswith(".eml")])
+                fd = -1
+                for k in range(n + 1, n + 1001):
+                    with contextlib.suppress(FileExistsError):
+                        fd = create_private(f"{k:04d}-{safe}.eml", dir_fd=dir_fd)
+                        break
+                if fd < 0:
+                    raise OSError(errno.EEXIST, "no free message name")
+            finally:
+                os.close(dir_fd)
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(msg.as_bytes())
         except OSError as exc:
             raise MailError(f"cannot write {self.directory}: {exc.strerror}") from None

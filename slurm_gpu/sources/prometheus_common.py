@@ -29,8 +29,8 @@ from slurm_gpu.sources.base import SourceResult
 #: Raw-sample answers are asked at most this many seconds at a time (a 7-day job on 8 GPUs
 #: with 12 series each at 15 s is ~4 million samples; a day of it is ~70 MB of JSON).
 DEFAULT_CHUNK_S = 86400.0
-_JOB_ID = re.compile(r"^[0-9]{1,20}$")
-_HOST = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,253}$")
+_JOB_ID = re.compile(r"[0-9]{1,20}")
+_HOST = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,253}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +124,7 @@ class PrometheusSource:
 
 def valid_job_id(job: JobRecord) -> bool:
     """Whether the job's raw id can go into a query (digits only)."""
-    return bool(_JOB_ID.match(job.job_id))
+    return bool(_JOB_ID.fullmatch(job.job_id))
 
 
 def short_host(value: str) -> str:
@@ -140,7 +140,7 @@ def promql_string(value: str) -> str:
 
 def hosts_regex(hosts: Iterable[str]) -> str:
     """A label regex matching the given short names, with or without a domain or a port."""
-    names = sorted({h for h in hosts if _HOST.match(h)})
+    names = sorted({h for h in hosts if _HOST.fullmatch(h)})
     alts = "|".join(re.escape(h) for h in names) or "(?!)"
     return f"({alts})([.][^:]*)?(:[0-9]+)?"
 

@@ -7,6 +7,11 @@ out before the next is read, so memory stays flat whatever the period holds.
 
 The columns are ``JOB_COLUMNS`` and ``FINDING_COLUMNS`` (documented in ``docs/store.md``).
 Parquet needs ``pyarrow`` (``pip install 'slurm-gpu[export]'``); CSV needs nothing.
+
+The export holds every user's jobs and runs as root: ``--out`` is always a new file, mode 0600,
+never a link followed nor an existing file overwritten (``slurm_gpu.privatefile``). CSV text
+cells that a spreadsheet would read as a formula (a job name such as ``=HYPERLINK(...)``) get
+a leading ``'``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_gpu.errors import StoreError, UsageError
+from slurm_gpu.privatefile import create_private, neutralise_cell
 from slurm_gpu.store import schema
 
 FORMATS = ("csv", "parquet")
@@ -200,14 +206,21 @@ class _CsvSink:
         self._w.writerow([c.name for c in columns])
 
     def write(self, rows: list[list[Any]]) -> None:
-        self._w.writerows(["" if v is None else v for v in row] for row in rows)
+        self._w.writerows([_cell(v) for v in row] for row in rows)
 
     def close(self) -> None:
         pass
 
 
+def _cell(value: Any) -> Any:
+    """A CSV cell: empty for None; text a spreadsheet would evaluate neutralised."""
+    if value is None:
+        return ""
+    return neutralise_cell(value) if isinstance(value, str) else value
+
+
 class _ParquetSink:
-    def __init__(self, path: str, columns: Sequence[ExportColumn]) -> None:
+    def __init__(self, path: IO[bytes], columns: Sequence[ExportColumn]) -> None:
         pa, pq = _pyarrow()
         types = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}
         self._pa = pa
@@ -240,6 +253,19 @@ def _pyarrow() -> tuple[Any, Any]:
     return pa, pq
 
 
+def _create_out(out_path: str) -> int:
+    """A descriptor of the new output file (``slurm_gpu.privatefile``); ``UsageError``."""
+    try:
+        return create_private(out_path)
+    except FileExistsError:
+        raise UsageError(
+            f"{out_path} already exists",
+            hint="give a new file name: an export never overwrites a file or follows a link",
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {out_path} ({exc.strerror})") from None
+
+
 def export(
     engine: Engine,
     out_path: str,
@@ -260,17 +286,27 @@ def export(
         raise UsageError("Parquet cannot be written to standard output", hint="give --out FILE")
     columns = JOB_COLUMNS if what == "jobs" else FINDING_COLUMNS
     to_rows = _job_rows if what == "jobs" else _finding_rows
-    stream: IO[str] | None = None
+    stream: IO[str] | IO[bytes] | None = None
     sink: _CsvSink | _ParquetSink
     if fmt == "parquet":
-        sink = _ParquetSink(out_path, columns)
+        _pyarrow()  # before a file is made: no empty file left when pyarrow is missing
+        binary = os.fdopen(_create_out(out_path), "wb")
+        stream = binary
+        try:
+            sink = _ParquetSink(binary, columns)
+        except BaseException:
+            binary.close()
+            raise
     else:
         import sys
 
-        stream = (
-            sys.stdout if out_path == "-" else open(out_path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+        text = (
+            sys.stdout
+            if out_path == "-"
+            else os.fdopen(_create_out(out_path), "w", newline="", encoding="utf-8")
         )
-        sink = _CsvSink(stream, columns)
+        stream = text
+        sink = _CsvSink(text, columns)
     rows = jobs = pages = 0
     try:
         with engine.connect() as conn:

@@ -22,18 +22,29 @@ Migration 8 (PostgreSQL only; nothing on SQLite) creates:
 The node role gets ``INSERT`` on four columns of ``record_inbox`` and nothing else: it cannot
 read, change or delete a record (its own included), and cannot set the time received or the
 sender, which the server fills in.
+
+Migration 10 binds each inbox writer to the host names it may push for
+(``inbox_writer_hosts``; by default the role's own name, ``grant_node_role(..., hosts=)``
+otherwise). The collector takes only rows whose sender is bound to the row's host and whose
+sealed record names that host; any other row of an inbox writer is quarantined with the
+reason and logged, never stored (``sender_refusal``): one node's credential no longer pushes
+records for another node.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+import logging
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_gpu.errors import StoreError
+from slurm_gpu.errors import SpoolFormatError, StoreError
+
+log = logging.getLogger(__name__)
 
 #: Largest record the inbox accepts (bytes), the collector's bound on a record file.
 MAX_RECORD_BYTES = 64 << 20
@@ -52,8 +63,10 @@ PUBLIC_TABLES = (
     "visibility_policy",
     "schema_version",
 )
-#: Tables of migration 8.
-INBOX_TABLES = ("record_inbox", "record_quarantine", "inbox_writers")
+#: Tables of migrations 8 and 10.
+INBOX_TABLES = ("record_inbox", "record_quarantine", "inbox_writers", "inbox_writer_hosts")
+#: A host name as ``record_inbox.host`` accepts it.
+_HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 #: The columns a node role may insert.
 NODE_COLUMNS = ("job_id", "host", "digest", "record")
 
@@ -114,6 +127,73 @@ def create_inbox(conn: Connection) -> None:
             run(f"CREATE POLICY {table}_read ON {table} FOR SELECT USING (true)")
 
 
+_HOST_BINDING_DDL = (
+    """
+CREATE TABLE IF NOT EXISTS inbox_writer_hosts (
+    role_name text NOT NULL REFERENCES inbox_writers (role_name) ON DELETE CASCADE,
+    host text NOT NULL CHECK (host ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$'),
+    PRIMARY KEY (role_name, host)
+)""",
+    # Roles granted before: bound to the host of their own name (rebind with grant-node --host).
+    "INSERT INTO inbox_writer_hosts (role_name, host) SELECT role_name, lower(role_name) "
+    "FROM inbox_writers WHERE role_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$' "
+    "ON CONFLICT DO NOTHING",
+)
+
+
+def bind_inbox_hosts(conn: Connection) -> None:
+    """Migration 10 on PostgreSQL (nothing on SQLite): ``inbox_writer_hosts``, each existing
+    inbox writer bound to the host named like the role."""
+    if conn.dialect.name != "postgresql":
+        return
+    for ddl in _HOST_BINDING_DDL:
+        conn.exec_driver_sql(ddl)
+
+
+def sender_refusal(
+    row_host: str, sent_by: str, bindings: Mapping[str, Collection[str]]
+) -> str | None:
+    """Why a row that ``sent_by`` pushed for host ``row_host`` must not be stored, or None.
+
+    ``bindings``: each inbox writer (node role) and the host names it may push for (lower
+    case). A node role pushes only its own hosts' records. A sender that is no inbox writer
+    is the store's owner or an administrator's role (a node role's grant allows nothing
+    else), whose rows are taken as they are."""
+    hosts = bindings.get(sent_by)
+    if hosts is None:
+        return None
+    if _short(row_host) in {_short(h) for h in hosts}:
+        return None
+    bound = ", ".join(sorted(hosts)) or "no host"
+    return f"sent by node role {sent_by!r}, which may push records of {bound} only"
+
+
+def record_host_refusal(row_host: str, record_host: str) -> str | None:
+    """Why a record naming ``record_host`` must not be taken as ``row_host``'s, or None:
+    the row's host is what the binding checked, so the sealed record must say the same."""
+    if _short(record_host) == _short(row_host):
+        return None
+    return f"record of host {record_host!r} pushed as host {row_host!r}"
+
+
+def _short(host: str) -> str:
+    """A host's short name, lower case: how the collector matches records to nodes."""
+    return host.split(".", 1)[0].lower()
+
+
+def _record_host_refusal(row: InboxRow) -> str | None:
+    """``record_host_refusal`` for the record in ``row``; None when it cannot be decoded
+    (the collector quarantines it then, with the decoder's reason)."""
+    from slurm_gpu.capture import spool
+
+    assert row.data is not None
+    try:
+        record = spool.decode_record(row.data, where="postgresql inbox")
+    except (SpoolFormatError, ValueError, TypeError, KeyError):
+        return None
+    return record_host_refusal(row.host, record.hostname)
+
+
 def record_digest(data: bytes) -> str:
     """The inbox key of a record's bytes: SHA-256, lower-case hex."""
     return hashlib.sha256(data).hexdigest()
@@ -124,11 +204,19 @@ def _quote_ident(conn: Connection, name: str) -> str:
     return quoted
 
 
-def grant_node_role(engine: Engine, role: str) -> None:
+def grant_node_role(engine: Engine, role: str, hosts: Sequence[str] = ()) -> None:
     """Let ``role`` (an existing login role, made by the database's administrator) push
-    records: ``INSERT`` on the node columns of ``record_inbox``, nothing else. Run as the
+    records of ``hosts`` (default: the host named like the role): ``INSERT`` on the node
+    columns of ``record_inbox``, nothing else. Granting again adds hosts. Run as the
     collector's role (the tables' owner). Raises ``StoreError``."""
     _require_postgresql(engine)
+    bound = [h.lower() for h in (hosts or (role,))]
+    bad = [h for h in bound if not _HOST_RE.fullmatch(h)]
+    if bad:
+        raise StoreError(
+            f"{bad[0]!r} is not a host name a record can carry",
+            hint="give the node's name as its records name it: grant-node ROLE --host NODE",
+        )
     try:
         with engine.begin() as conn:
             exists = conn.exec_driver_sql(
@@ -144,6 +232,12 @@ def grant_node_role(engine: Engine, role: str) -> None:
                 "INSERT INTO inbox_writers (role_name) VALUES (%(r)s) ON CONFLICT DO NOTHING",
                 {"r": role},
             )
+            for host in bound:
+                conn.exec_driver_sql(
+                    "INSERT INTO inbox_writer_hosts (role_name, host) VALUES (%(r)s, %(h)s) "
+                    "ON CONFLICT DO NOTHING",
+                    {"r": role, "h": host},
+                )
             conn.exec_driver_sql(
                 f"GRANT INSERT ({', '.join(NODE_COLUMNS)}) ON record_inbox TO {ident}"
             )
@@ -246,7 +340,41 @@ class PgInbox:
 
     def pending(self, only: Collection[str] | None = None) -> list[InboxRow]:
         """The rows waiting, oldest first (only those of the jobs in ``only``, when given).
-        Raises ``StoreError``."""
+        A row a node role pushed for a host not bound to it, or whose record names another
+        host, is quarantined and logged here, never returned. Raises ``StoreError``."""
+        rows = self._read(only)
+        bindings = self.bindings()
+        out = []
+        for row in rows:
+            reason = sender_refusal(row.host, row.sent_by, bindings)
+            if reason is None and row.sent_by in bindings and row.data is not None:
+                reason = _record_host_refusal(row)
+            if reason is None:
+                out.append(row)
+                continue
+            log.warning("postgresql inbox: %s/%s quarantined: %s", row.job_id, row.host, reason)
+            self.quarantine(row, reason)
+        return out
+
+    def bindings(self) -> dict[str, frozenset[str]]:
+        """Each inbox writer and the hosts it may push for (``inbox_writer_hosts``)."""
+        sql = text(
+            "SELECT w.role_name, h.host FROM inbox_writers w "
+            "LEFT JOIN inbox_writer_hosts h ON h.role_name = w.role_name"
+        )
+        try:
+            with self.engine.connect() as conn:
+                pairs = conn.execute(sql).all()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"reading the inbox writers failed: {_reason(exc)}") from None
+        out: dict[str, set[str]] = {}
+        for role, host in pairs:
+            hosts = out.setdefault(role, set())
+            if host is not None:
+                hosts.add(host.lower())
+        return {role: frozenset(hosts) for role, hosts in out.items()}
+
+    def _read(self, only: Collection[str] | None) -> list[InboxRow]:
         where = "" if only is None else "WHERE job_id = ANY (CAST(:only AS text[]))"
         sql = text(
             "SELECT job_id, host, digest, extract(epoch FROM received_at), sent_by, "
@@ -336,4 +464,5 @@ __all__ = [
     "node_role_excess",
     "record_digest",
     "revoke_node_role",
+    "sender_refusal",
 ]

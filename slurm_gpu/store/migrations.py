@@ -120,6 +120,12 @@ def _m9_memory_utilization(conn: Connection) -> None:
     _add_missing_columns(conn, (("job_gpus", "memory_util_mean_pct", "FLOAT"),))
 
 
+def _m10_inbox_hosts(conn: Connection) -> None:
+    from slurm_gpu.store.inbox import bind_inbox_hosts
+
+    bind_inbox_hosts(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -152,6 +158,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         9,
         "add job_gpus.memory_util_mean_pct (memory bandwidth: busy-but-nearly-empty GPUs)",
         _m9_memory_utilization,
+    ),
+    Migration(
+        10,
+        "PostgreSQL: bind each inbox writer (node role) to the hosts it may push records for",
+        _m10_inbox_hosts,
     ),
 )
 

@@ -449,7 +449,7 @@ class NvmlSource:
     def _read(self, uuids: Sequence[str]) -> list[GpuSample]:
         devices = [self._lookup(u) for u in uuids]
         self._prepare([d for d in devices if d is not None])
-        self._drain_xid_events()
+        self._drain_xid_events({id(d) for d in devices if d is not None})
         out = []
         for gpu_uuid, dev in zip(uuids, devices, strict=True):
             now = self._wall()
@@ -690,8 +690,13 @@ class NvmlSource:
             out[name] = round(float(metric.value), 3) if ok else None
         return out
 
-    def _drain_xid_events(self) -> None:
-        """Move every XID event the driver queued since the last call to its GPU or slice."""
+    def _drain_xid_events(self, read: set[int]) -> None:
+        """Move every XID event the driver queued since the last call to its GPU or slice,
+        when that device is one of those being read (``read``: their ``id``). An event is
+        never kept for a device nobody reads: in a MIG job the parent GPU and the other
+        tenants' slices are registered (events arrive per physical GPU) but never sampled,
+        and their lists would grow for the whole job (550 and 500 events after 50
+        readings), only to be handed to whoever reads them next."""
         nv = self._lib()
         if self._event_set is None:
             return
@@ -712,7 +717,8 @@ class NvmlSource:
                 gi = _int(getattr(data, "gpuInstanceId", NO_ID), NO_ID)
                 ci = _int(getattr(data, "computeInstanceId", NO_ID), NO_ID)
                 for dev in self._xid_targets(physical, gi, ci):
-                    dev.pending_xids.append(int(data.eventData))
+                    if id(dev) in read:
+                        dev.pending_xids.append(int(data.eventData))
 
     def _xid_targets(self, physical: _Device, gi: int, ci: int) -> list[_Device]:
         """The GPU and, for an event with instance ids, only the slice it names; an event

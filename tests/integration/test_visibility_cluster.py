@@ -95,6 +95,9 @@ def test_another_user_cannot_open_the_store_with_python(stored_job: str) -> None
         "sgtest2", [str(slurmtools.venv_python()), "-I", "-c", code], check=False
     )
     _fails_quietly(res)
+    # Refused by the file's permissions, not failed for any other reason (a typo, a missing
+    # module): SQLite's own refusal, raised at the first statement.
+    assert "sqlite3.OperationalError: unable to open database file" in res.stderr, res.stderr
 
 
 def test_another_user_cannot_read_the_spool_state_or_report_files(stored_job: str) -> None:

@@ -263,6 +263,17 @@ def test_mail_user_that_is_no_address_never_reaches_the_mail_program(
     assert mail_site.fallback_calls() == []
 
 
+@pytest.mark.parametrize("recipient", ["user1\n,user2", "user1\n", "user1,user2\n", "user1\r"])
+def test_mail_user_with_a_trailing_newline_never_reaches_the_mail_program(
+    mail_site: Site, recipient: str
+) -> None:
+    """``$`` matches before a final newline: ``--mail-user=$'user1\\n,user2'`` once passed
+    the recipient check and reached the fallback mail program verbatim."""
+    proc = mail_site.call(recipient)
+    assert proc.returncode == 9, mail_site.log_text()
+    assert mail_site.fallback_calls() == []
+
+
 def test_plain_mail_reaches_the_fallback_with_slurms_arguments_only(mail_site: Site) -> None:
     proc = mail_site.call("sgtest1", extra_env={"LD_PRELOAD": "/x.so", "HOME": "/home/eve"})
     assert proc.returncode == 0, mail_site.log_text()

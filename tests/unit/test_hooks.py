@@ -201,8 +201,14 @@ def test_hook_budget_is_enforced(site: dict[str, object]) -> None:
     pid = read_pidfile(paths.pid)[0]  # type: ignore[index]
     os.kill(pid, signal.SIGSTOP)
     try:
-        run_hook(site, "epilog", "109")
-        assert "job=109 epilog: timed out, gave up" in log_text(site)
+        took_s = run_hook(site, "epilog", "109")
+        text = log_text(site)
+        assert "job=109 epilog: timed out, gave up" in text
+        # The hook's own measure of when it gave up: at its 1 s budget (an alarm), not after
+        # the 30 s it would wait for the stopped sampler.
+        logged = re.search(r"job=109 epilog: timed out, gave up \(([0-9.]+)s\)", text)
+        assert logged is not None and float(logged.group(1)) < 2.0, text
+        assert took_s < 30.0, f"the epilog ran {took_s:.1f} s: its 1 s budget was not applied"
     finally:
         os.kill(pid, signal.SIGKILL)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -160,11 +161,22 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _under_stepd(tmp_path: Path, job: str, command: str) -> subprocess.Popen[bytes]:
+    """``command`` run by a stand-in slurmstepd of ``job`` (a shell named ``slurmstepd``
+    whose title is Slurm's ``slurmstepd: [<job>.0]``), as slurmstepd runs a job's task; the
+    shell forks (``; exit``), so the task is its child."""
+    exe = tmp_path / "slurmstepd"
+    if not exe.exists():
+        shutil.copy("/bin/sh", exe)
+    return subprocess.Popen(
+        [f"slurmstepd: [{job}.0]", "-c", f"{command}; exit $?"], executable=str(exe)
+    )
+
+
 def _spawn(tmp_path: Path, job: str, *args: str) -> subprocess.Popen[bytes]:
     script = tmp_path / "burn.py"
     script.write_text(BURN)
-    env = {**os.environ, "SLURM_JOB_ID": job}
-    return subprocess.Popen([sys.executable, str(script), *args], env=env)
+    return _under_stepd(tmp_path, job, " ".join([sys.executable, str(script), *args]))
 
 
 def _sample_until_done(sampler: ProcHostSampler, procs: list[subprocess.Popen[bytes]]) -> list:  # type: ignore[type-arg]
@@ -217,10 +229,7 @@ def test_proc_keeps_job_files_open_until_close_and_notices_exits(tmp_path: Path)
     job = str(uuid.uuid4().int % 10**9 + 10**9)
     fds_before = len(os.listdir("/proc/self/fd"))
     short = _spawn(tmp_path, job, "0.1")
-    long = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)"],
-        env={**os.environ, "SLURM_JOB_ID": job},
-    )
+    long = _under_stepd(tmp_path, job, f"{sys.executable} -c 'import time; time.sleep(30)'")
     try:
         sampler = ProcHostSampler(job, os.getuid())
         time.sleep(0.3)
@@ -244,14 +253,27 @@ def test_proc_keeps_job_files_open_until_close_and_notices_exits(tmp_path: Path)
 # --------------------------------------------------------------------------- /proc, as a fixture
 
 
+#: The pid of the stand-in slurmstepd in the fixtures' /proc trees.
+STEPD_PID = 10
+
+
 def _fake_pid(root: Path, pid: int, job: str | None, utime: int, start: int = 500) -> None:
+    """A process of ``job`` (a child of its slurmstepd, made when missing) or, for ``None``,
+    of nobody's job (a child of init). It holds ``SLURM_JOB_ID`` either way: the environment
+    must not decide."""
+    if job is not None and not (root / str(STEPD_PID)).exists():
+        _fake_process(root, STEPD_PID, "slurmstepd", 1, 0, 100)
+        put(root, f"{STEPD_PID}/cmdline", f"slurmstepd: [{job}.0]\0")
+    _fake_process(root, pid, "python3", STEPD_PID if job else 1, utime, start)
+    (root / str(pid) / "environ").write_bytes(f"PATH=/bin\0SLURM_JOB_ID={job or 77}\0".encode())
+
+
+def _fake_process(root: Path, pid: int, comm: str, ppid: int, utime: int, start: int) -> None:
     # stat fields after "(comm) ": state ppid ... utime(14) stime(15) ... starttime(22) rss(24)
-    fields = ["S", "1"] + ["0"] * 9 + [str(utime), "0", "0", "0"] + ["0"] * 4 + [str(start)]
-    fields += ["0", "10"] + ["0"] * 28
-    put(root, f"{pid}/stat", f"{pid} (python3) " + " ".join(fields) + "\n")
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(utime), "0", "0", "0"] + ["0"] * 4
+    fields += [str(start), "0", "10"] + ["0"] * 28
+    put(root, f"{pid}/stat", f"{pid} ({comm}) " + " ".join(fields) + "\n")
     put(root, f"{pid}/io", "read_bytes: 100\nwrite_bytes: 50\n")
-    env = f"PATH=/bin\0SLURM_JOB_ID={job}\0" if job else "PATH=/bin\0"
-    (root / str(pid) / "environ").write_bytes(env.encode())
 
 
 def test_proc_lists_only_when_a_pid_was_allocated(tmp_path: Path) -> None:

@@ -329,6 +329,32 @@ def test_bad_records_are_quarantined_once_and_the_pass_goes_on(db: InboxDb, tmp_
     assert again.quarantined == ()  # type: ignore[attr-defined]
 
 
+def test_a_node_credential_cannot_push_records_of_another_host(tmp_path: Path) -> None:
+    """Issue 27, point 6: the role of node n1 pushes a record as n2, and one as n1 that
+    holds n2's record. The server takes both rows (the role may insert); the collector
+    quarantines them with the reason and stores neither."""
+    with inbox_db(tmp_path, hosts=("n1",)) as db:
+        node_spool = tmp_path / "node-spool"
+        seal(node_spool, "71", "n2")
+        assert ship_postgresql(str(node_spool), db.target()).shipped == ("71/n2",)
+        forged = spool.encode_record(make_node("72", "n2"))
+        db.node_sql(
+            "INSERT INTO record_inbox (job_id, host, digest, record) "
+            f"VALUES ('72', 'n1', '{record_digest(forged)}', '\\x{forged.hex()}')"
+        )
+        acc = FakeAccounting(
+            {"71": make_job("71", nodes=("n2",)), "72": make_job("72", nodes=("n1", "n2"))}
+        )
+        report = collect(db, tmp_path, acc)
+        assert report.ingested == ()  # type: ignore[attr-defined]
+        assert db.scalar("SELECT count(*) FROM jobs") == 0
+        assert db.scalar("SELECT count(*) FROM record_inbox") == 0
+        reason71 = db.scalar("SELECT reason FROM record_quarantine WHERE job_id = '71'")
+        reason72 = db.scalar("SELECT reason FROM record_quarantine WHERE job_id = '72'")
+        assert "may push records of n1 only" in str(reason71)
+        assert "record of host 'n2' pushed as host 'n1'" in str(reason72)
+
+
 def test_a_record_too_large_for_the_inbox_stays_on_the_node(db: InboxDb, tmp_path: Path) -> None:
     import psycopg
 

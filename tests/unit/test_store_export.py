@@ -144,7 +144,7 @@ def test_export_memory_stays_flat_as_the_period_grows(tmp_path: Path) -> None:
             tracemalloc.start()
             export(
                 store.engine,
-                str(tmp_path / "o.csv"),
+                str(tmp_path / f"o{n}.csv"),  # always a new file: export never overwrites
                 since_s=0,
                 until_s=END + 9 * DAY_S,
                 page_jobs=100,
