@@ -53,6 +53,7 @@ class Frame:
     file: str
     """The frame's file path as the interpreter has it (``/usr/lib/python3.11/queue.py``)."""
     function: str
+    """Its function's name, qualified (``Queue.get``) or not (``get``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,7 @@ class Rule:
     def matches(self, frames: Sequence[Frame], i: int) -> bool:
         """Whether frame ``i`` of ``frames`` (innermost first) matches."""
         f = frames[i]
-        if self.functions and f.function not in self.functions:
+        if self.functions and short_function(f.function) not in self.functions:
             return False
         if self.file and self.file not in f.file:
             return False
@@ -99,12 +100,19 @@ class Verdict:
     """``<file stem>.<function>`` of the frame that decided, cleaned; empty for a fallback."""
 
 
+def short_function(name: str) -> str:
+    """The function's own name: py-spy gives the qualified name on Python 3.11 and later
+    (``Queue.get``, ``_MultiProcessingDataLoaderIter.__next__``); rules name the last part."""
+    return name.rpartition(".")[2] or name
+
+
 def frame_name(frame: Frame) -> str:
     """``<file stem>.<function>``, cleaned and bounded: what the record may keep of a frame."""
     stem = os.path.basename(frame.file.replace("\\", "/"))
     if stem.endswith(".py"):
         stem = stem[:-3]
-    name = f"{stem}.{frame.function}" if stem else frame.function
+    func = short_function(frame.function)
+    name = f"{stem}.{func}" if stem else func
     return clean_user_text(name, DECIDING_MAX_LEN)
 
 

@@ -86,6 +86,9 @@ class JobEnv:
     sluid: str | None = None
     """``SLURM_JOB_SLUID`` (Slurm 25.11+): the job's unique id, which names its cgroup v2
     directory on 26.05+ unless ``CgroupJobIdPaths=yes``; only when it has a SLUID's form."""
+    comment: str | None = None
+    """``SLURM_JOB_COMMENT`` (the user's ``--comment``): read only for the stack-sampling
+    opt-in token (``docs/stacks.md``), never logged or stored."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
@@ -108,6 +111,7 @@ class JobEnv:
             account=environ.get("SLURM_JOB_ACCOUNT") or None,
             partition=environ.get("SLURM_JOB_PARTITION") or None,
             sluid=check_sluid(environ.get("SLURM_JOB_SLUID")),
+            comment=environ.get("SLURM_JOB_COMMENT") or None,
         )
 
     def spool_hostname(self) -> str:
