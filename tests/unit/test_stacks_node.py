@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_sampler import FakeClock, FakeHost, FakeSource, make_opts, stop_after
 
 from slurm_gpu.capture import stackread
 from slurm_gpu.capture.sampler import Sampler
@@ -18,7 +19,6 @@ from slurm_gpu.config import Settings, StacksSettings
 from slurm_gpu.hooks.common import JobEnv
 from slurm_gpu.hooks.prolog import sampler_command, stacks_wanted
 from slurm_gpu.records import StackProcess, StackSummary
-from tests.unit.test_sampler import FakeClock, FakeHost, FakeSource, make_opts, stop_after
 
 LOADER = Frame("/v/torch/utils/data/dataloader.py", "_MultiProcessingDataLoaderIter.__next__")
 SAVE = Frame("/v/torch/serialization.py", "save")
