@@ -6,7 +6,8 @@ times, ``sample_spacing_s`` apart, classifies every main thread's stack (``stack
 and adds it to the counts. Bursts start every ``interval_s``, but never sooner than the
 reader's CPU time allows: after a burst that used ``c`` CPU seconds the next waits at least
 ``c / (max_core_pct / 100)`` seconds from its end, so over the job the reader stays within
-``max_core_pct`` of one core. The sampler's stop signal ends a burst between two samples.
+``max_core_pct`` of one core. The sampler's stop signal ends a burst between two dumps, so
+sealing waits for one dump at most (bounded by ``dump_timeout_s``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from slurm_gpu.capture import stackread
 from slurm_gpu.capture.stackclass import ClassTable, classify, role_of
 from slurm_gpu.records import StackProcess, StackSummary
+from slurm_gpu.textsafe import clean_user_text
 
 log = logging.getLogger("slurm_gpu.sampler")
 
@@ -143,13 +145,16 @@ class StackSampler:
         files = (
             stackread.cgroup_procs_files(p.pid, self._proc_root) if self.opts.charge_to_job else []
         )
-        out, _err, error, cpu = stackread.run_reader(
+        out, err, error, cpu = stackread.run_reader(
             argv,
             timeout_s=self.opts.dump_timeout_s,
             output_max_bytes=self.opts.output_max_bytes,
             preexec=stackread.child_setup(files, self.opts.memory_max_bytes),
         )
         if out is None:
+            if error not in self.notes:  # once per kind: the reader's first line, cleaned
+                line = err.decode("utf-8", "replace").strip().splitlines()[:1]
+                log.info("stack read %s: %s", error, clean_user_text(line[0], 200) if line else "")
             return stackread.DumpResult(None, error or "failed", cpu)
         stack = stackread.parse_dump(out, p.pid)
         if stack is None:
@@ -182,7 +187,10 @@ class StackSampler:
                 stopped = True
                 break
             stacks = {}
-            for p in procs:
+            for j, p in enumerate(procs):
+                if j and wait(0.0):  # a stop request waits for one dump at most
+                    stopped = True
+                    break
                 result = self.read_one(cgroup, p)
                 cpu += result.cpu_s
                 if result.stack is None:
@@ -191,6 +199,8 @@ class StackSampler:
                 stacks[p.pid] = (p, result.stack)
             read += len(stacks)
             self._count(stacks, gpus_idle)
+            if stopped:
+                break
         end = clock()
         self.cpu_s += cpu
         if read:

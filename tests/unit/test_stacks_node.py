@@ -29,15 +29,20 @@ class ScriptedStacks(StackSampler):
     """The real schedule, budget and counting; the job's processes and their stacks come
     from a script instead of a cgroup and py-spy."""
 
-    def __init__(self, opts: StackOptions, stacks: list[list[Frame]], cpu_s: float) -> None:
+    def __init__(
+        self, opts: StackOptions, stacks: list[list[Frame]], cpu_s: float, processes: int = 1
+    ) -> None:
         super().__init__(opts, load_table(), lambda: "/cg", started_s=1000.0)
+        self._procs = processes
         self._script = stacks
         self._cpu = cpu_s
         self.reads = 0
         self._with_ptrace = False  # whatever this machine's Yama says
 
     def _targets(self) -> tuple[str, list[stackread.JobProcess]]:
-        return "/cg", [stackread.JobProcess(7, 1, 1000, 1000, 1, True)]
+        return "/cg", [
+            stackread.JobProcess(7 + i, 1, 1000, 1000, 1, True) for i in range(self._procs)
+        ]
 
     def read_one(self, cgroup: str, p: stackread.JobProcess) -> stackread.DumpResult:
         frames = self._script[self.reads % len(self._script)]
@@ -106,6 +111,18 @@ def test_a_stop_request_during_a_burst_ends_it_and_the_record_is_sealed(tmp_path
     assert len(waits) == 3 and stacks.reads == 3
     record = read_record(JobSpool(str(tmp_path / "spool"), "42", "n1").record)
     assert record.stacks is not None and record.stacks.samples == 3
+
+
+def test_a_stop_request_is_answered_between_two_processes_of_one_round(tmp_path: Path) -> None:
+    clock = FakeClock()
+    opts = StackOptions(uid=1000, first_burst_s=0.0, samples_per_burst=5)
+    stacks = ScriptedStacks(opts, [[MAIN]], 0.0, processes=8)
+    sampler = Sampler(
+        make_opts(tmp_path), lambda: FakeSource(clock), FakeHost(clock), clock=clock, stacks=stacks
+    )
+    wait, waits = stop_after(clock, 2)  # the second check (after two of 8 dumps) says stop
+    assert sampler.run(wait)
+    assert stacks.reads == 2 and waits == [0.0, 0.0]
 
 
 SUMMARY = StackSummary(
