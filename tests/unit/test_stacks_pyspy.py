@@ -278,3 +278,57 @@ def test_a_reader_that_hangs_is_killed_at_its_timeout() -> None:
         ["/bin/sleep", "30"], timeout_s=0.3, output_max_bytes=4096, preexec=None
     )
     assert out is None and error == "timeout"
+
+
+def test_the_reader_joins_the_read_processs_cgroup_before_exec(tmp_path: Path) -> None:
+    # A regular file stands in for cgroup.procs: the child writes "0" (itself) before exec.
+    procs = tmp_path / "cgroup.procs"
+    procs.write_text("")
+    out, _err, error, _cpu = stackread.run_reader(
+        ["/bin/cat", "/proc/self/stat"],
+        timeout_s=10,
+        output_max_bytes=4096,
+        preexec=stackread.child_setup([str(procs)], 1 << 30),
+    )
+    assert error == "" and out is not None
+    assert procs.read_text() == "0\n"
+    # Niced to 19 (field 19 of /proc/self/stat) and bounded in address space.
+    assert out.rsplit(b")", 1)[1].split()[16] == b"19"
+
+
+def test_the_cgroup_files_of_a_process_are_those_the_kernel_names(tmp_path: Path) -> None:
+    proc = tmp_path / "proc" / "7"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(
+        "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n"
+        "4:cpu,cpuacct:/slurm/uid_1000/job_42/step_0\n"
+        "2:name=systemd:/x\n"
+        "1:memory:/../../etc\n"
+    )
+    files = stackread.cgroup_procs_files(7, str(tmp_path / "proc"), "/sys/fs/cgroup")
+    assert files == [
+        "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user/task_0/cgroup.procs",
+        "/sys/fs/cgroup/cpu,cpuacct/slurm/uid_1000/job_42/step_0/cgroup.procs",
+        "/sys/fs/cgroup/systemd/x/cgroup.procs",
+    ]
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="setpriv is used only by a root sampler")
+def test_without_setpriv_nothing_is_read_and_never_as_root(workdir: Path) -> None:
+    proc = start(workdir, "sleeper")
+    try:
+        cg = job_cgroup(workdir, [proc.pid])
+        opts = StackOptions(
+            uid=JOB_UID,
+            first_burst_s=0.0,
+            samples_per_burst=2,
+            py_spy=PY_SPY,
+            setpriv=str(workdir / "no-setpriv"),
+            charge_to_job=False,
+        )
+        sampler = StackSampler(opts, load_table(), lambda: cg, started_s=time.time())
+        sampler.burst(time.time(), None, pause, time.time)
+    finally:
+        stop([proc.pid], proc)
+    summary = sampler.summary()
+    assert summary.samples == 0 and "reader_missing" in summary.notes
