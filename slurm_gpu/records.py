@@ -323,6 +323,58 @@ class HostSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class StackProcess:
+    """One main process of the job on this node (a rank), by its stack samples."""
+
+    pid: int
+    samples: int
+    """Main-thread samples classified."""
+    counts: tuple[int, ...]
+    """Samples per class, in ``StackSummary.classes`` order."""
+
+
+@dataclass(frozen=True, slots=True)
+class StackSummary:
+    """What the job's Python processes on this node were doing, from stack samples taken in
+    short bursts (``docs/stacks.md``): class counts and deciding function names only, never a
+    stack, an argument or a variable."""
+
+    classes: tuple[str, ...]
+    """Class names (the class table's, ``other`` last)."""
+    counts: tuple[int, ...]
+    """Main-thread samples of the job's main processes per class (``classes`` order)."""
+    idle_counts: tuple[int, ...]
+    """The same, counting only samples taken while every GPU of the node read idle at the
+    sampler's last reading."""
+    deciding: tuple[tuple[str, ...], ...]
+    """Per class, up to three deciding frames (``dataloader.__next__``), most frequent first;
+    cleaned user text."""
+    interval_s: float
+    """Configured seconds between the starts of two bursts."""
+    bursts: int
+    """Bursts that read at least one process."""
+    bursts_failed: int
+    """Bursts attempted that read none (no Python process, the reader refused or failed)."""
+    first_s: float | None
+    """Start of the first burst that read something, unix seconds."""
+    last_s: float | None
+    """End of the last burst that read something, unix seconds."""
+    processes: tuple[StackProcess, ...] = ()
+    """Per main process (rank), lowest pid first, at most 16."""
+    worker_samples: int = 0
+    """Samples of worker processes (DataLoader workers, pools), not in ``counts``."""
+    reader_cpu_s: float = 0.0
+    """CPU seconds the reader used over the job."""
+    notes: tuple[str, ...] = ()
+    """Why samples are missing (``no_cgroup``, ``reader_missing``, ``permission_denied``)."""
+
+    @property
+    def samples(self) -> int:
+        """Main-thread samples classified."""
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
     """The sealed per-node record of one job: what the epilog leaves for the collector."""
 
@@ -343,6 +395,9 @@ class NodeRecord:
     recovered it from the last checkpoint and the spool tail (sampler killed or crashed)."""
     notes: tuple[str, ...] = field(default=())
     """Short machine-readable notes (``sampler_killed``, ``gpu_lost:GPU-…``)."""
+    stacks: StackSummary | None = None
+    """Stack sampling's class shares (``docs/stacks.md``); ``None`` where it was off, and in
+    records sealed before it existed."""
 
 
 # --------------------------------------------------------------------------- Slurm accounting

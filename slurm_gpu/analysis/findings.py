@@ -91,6 +91,8 @@ class Code(StrEnum):
     NODE_FAILED = "NODE_FAILED"
     # the job's own outcome (not a utilization cause)
     STEPS_FAILED = "STEPS_FAILED"
+    # evidence from inside the job: its Python stacks (docs/stacks.md)
+    STACK_PROFILE = "STACK_PROFILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_HARDWARE_ERRORS: CodeInfo(None, Audience.SITE, "site_health"),
     Code.NODE_FAILED: CodeInfo(None, Audience.SITE, "site_health"),
     Code.STEPS_FAILED: CodeInfo(None, Audience.USER, None),
+    Code.STACK_PROFILE: CodeInfo(None, Audience.USER, None),
 }
 
 #: The profiler to run for each suspected cause, as an exact command (cause 7: point people at

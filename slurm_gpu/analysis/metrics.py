@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
+from slurm_gpu.analysis.stackmetrics import StackMetrics, stack_metrics
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import (
     STALL_CPU_BINS,
@@ -217,6 +218,9 @@ class JobMetrics:
     source: SourceCapabilities = field(default_factory=lambda: capabilities_of("nvml"))
     """What the job's telemetry source(s) can tell (``sourcecaps.combined`` over its node
     records): the rules that need a signal it lacks say "cannot tell" instead of judging."""
+    stacks: StackMetrics | None = None
+    """Stack samples of the job's Python processes (``docs/stacks.md``); ``None`` where stack
+    sampling was off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -839,4 +843,5 @@ def job_metrics(
         gpus=gpus,
         steps=step_metrics(job, gpus_allocated, nnodes),
         source=combined(n.source for n in nodes),
+        stacks=stack_metrics(nodes, elapsed),
     )

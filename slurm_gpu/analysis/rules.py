@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
+from slurm_gpu.analysis.stacks import stack_evidence
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
 from slurm_gpu.sourcecaps import SIGNALS as NEEDS_SIGNALS
@@ -921,6 +922,7 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
             skipped.append(rule)
             continue
         found.extend(rule(m, job, s))
+    found = stack_evidence(m, s, found)  # evidence from inside the job (analysis/stacks.py)
     if not any(_explains(NEEDS_CODE[r.__name__]) for r in skipped):
         # A rule that could have explained low utilization did not run for want of a
         # signal: "no rule explains it" would be a guess; the cannot-tell note says why.

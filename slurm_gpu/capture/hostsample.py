@@ -830,6 +830,16 @@ class AutoHostSampler:
             return self._chosen.allocated_cores()
         return None
 
+    def cgroup_dir(self) -> str | None:
+        """The job's cgroup directory once found (v2: the job's; v1: its ``cpuacct`` one),
+        whose processes stack sampling may read; ``None`` with the /proc method or before."""
+        chosen = self._chosen
+        if isinstance(chosen, Cgroup2HostSampler):
+            return chosen.job_dir
+        if isinstance(chosen, Cgroup1HostSampler):
+            return chosen.dirs["cpuacct"]
+        return None
+
     def job_gone(self) -> bool:
         """Whether the job's cgroup, once found, has been removed (the job ended on this node);
         ``False`` with the /proc method, which cannot tell an ended job from a quiet one."""

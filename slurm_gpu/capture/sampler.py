@@ -16,6 +16,7 @@ root that reads the configuration and chooses the telemetry source, ``slurm_gpu.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -36,7 +37,7 @@ from slurm_gpu.capture.spool import (
     write_record,
     write_state,
 )
-from slurm_gpu.records import GpuInfo, GpuSample, HostSample
+from slurm_gpu.records import GpuInfo, GpuSample, HostSample, StackSummary
 from slurm_gpu.telemetry.base import TelemetrySource
 
 # The logger keeps its name from before the capture package: sites filter logs by it.
@@ -129,6 +130,22 @@ class _HostReader(Protocol):
     def job_gone(self) -> bool: ...
 
 
+class _StackReader(Protocol):
+    """What the sampler needs of stack sampling (``slurm_gpu.capture.stacksampler``)."""
+
+    def due(self, now: float) -> bool: ...
+
+    def burst(
+        self,
+        now: float,
+        gpus_idle: bool | None,
+        wait: Callable[[float], bool],
+        clock: Callable[[], float],
+    ) -> bool: ...
+
+    def summary(self) -> StackSummary: ...
+
+
 #: Seconds a sampler waits for the epilog once its job's cgroup is gone, then seals the record
 #: itself: an epilog that never ran (a slurmd restarted at the wrong moment, a hook killed with
 #: the job's cgroup under PrologFlags=RunInJob) must not leave a record unsealed until the next
@@ -146,8 +163,11 @@ class Sampler:
         host: _HostReader | None,
         *,
         clock: Callable[[], float] = time.time,
+        stacks: _StackReader | None = None,
     ) -> None:
         self.opts = opts
+        self.stacks = stacks
+        """Stack bursts (opt-in, ``docs/stacks.md``); ``None`` when off."""
         self.paths = JobSpool(opts.spool_dir, opts.job_id, opts.hostname)
         self._source_factory = source_factory
         self._source: TelemetrySource | None = None
@@ -378,6 +398,8 @@ class Sampler:
             self._writer.close()
             self._writer = None
         record = self.agg.record(ended_s=self.clock(), complete=True, notes=self.notes)
+        if self.stacks is not None:
+            record = dataclasses.replace(record, stacks=self.stacks.summary())
         try:
             self.paths.create_dir()
             write_record(self.paths.record, record)
@@ -418,6 +440,8 @@ class Sampler:
                     self.checkpoint()
             except Exception:
                 log.exception("reading failed")
+            if self._stack_burst(wait):
+                break
             now = self.clock()
             if self._orphaned(now):
                 break
@@ -425,6 +449,24 @@ class Sampler:
             if wait(max(0.0, start + k * interval - now)):
                 break
         return self.seal()
+
+    def _gpus_idle(self) -> bool | None:
+        """Whether every GPU read idle at the last reading (``None``: not known)."""
+        utils = [s.utilization_pct for s in self._last_gpus if s.available]
+        if not utils or any(u is None for u in utils):
+            return None
+        return all(u is not None and u <= self.opts.idle_threshold_pct for u in utils)
+
+    def _stack_burst(self, wait: Callable[[float], bool]) -> bool:
+        """A stack burst when one is due; True when a stop request came during it."""
+        now = self.clock()
+        if self.stacks is None or not self.stacks.due(now):
+            return False
+        try:
+            return self.stacks.burst(now, self._gpus_idle(), wait, self.clock)
+        except Exception:
+            log.exception("stack burst failed")
+            return False
 
     def _orphaned(self, now: float) -> bool:
         """Whether the job's cgroup has been gone for ``ORPHAN_GRACE_S`` with no epilog to

@@ -458,6 +458,10 @@ def encode_record(record: NodeRecord) -> bytes:
     body: dict[str, Any] = {}
     for f in dataclasses.fields(record):
         value = getattr(record, f.name)
+        if f.name == "stacks" and value is None:
+            # Left out when off: such a record is byte for byte what earlier releases wrote,
+            # and a collector of an earlier release still reads it.
+            continue
         if f.name == "timeline":
             # Columns when the per-GPU tuples are rectangular (always, from the aggregator);
             # otherwise the row form, which the reader also takes.

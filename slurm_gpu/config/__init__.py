@@ -11,8 +11,9 @@ Only the composition roots (the CLI and the hooks) call ``load_settings``. Privi
 trusted file (``slurm_gpu.trust``): the environment may choose which file, never supply one.
 
 The declarations live in one module per side (``node``, ``central``, ``analysis``, ``people``,
-``live``), ``settings`` gathers them, ``loading`` reads the file and ``example`` writes it out;
-this package's face hands the names on so that callers import from ``slurm_gpu.config``.
+``live``, ``stacks``), ``settings`` gathers them, ``loading`` reads the file and ``example``
+writes it out; this package's face hands the names on so that callers import from
+``slurm_gpu.config``.
 """
 
 from slurm_gpu.config.analysis import AnalysisSettings
@@ -38,11 +39,13 @@ from slurm_gpu.config.loading import (
 from slurm_gpu.config.node import HooksSettings, PathsSettings, ShipSettings, TelemetrySettings
 from slurm_gpu.config.people import GpueffSettings, MailSettings, ReportSettings
 from slurm_gpu.config.settings import Settings, sections
+from slurm_gpu.config.stacks import OPT_IN_TOKEN, StacksSettings
 
 __all__ = [
     "DEFAULT_PATH",
     "ENV_VAR",
     "MAX_CONFIG_BYTES",
+    "OPT_IN_TOKEN",
     "SOURCE_HOOKS",
     "SOURCE_NONE",
     "AccountingSettings",
@@ -57,6 +60,7 @@ __all__ = [
     "Settings",
     "ShipSettings",
     "SourceSettings",
+    "StacksSettings",
     "StoreSettings",
     "TelemetrySettings",
     "config_path",

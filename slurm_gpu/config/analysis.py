@@ -75,6 +75,25 @@ class AnalysisSettings:
         min=0,
         max=100,
     )
+    stacks_min_samples: int = setting(
+        30,
+        "Stack samples (docs/stacks.md) needed before they confirm, withdraw or explain a finding.",
+        min=1,
+    )
+    stacks_confirm_input_pct: float = setting(
+        20.0,
+        "The main processes waiting for input in at least this share of stack samples "
+        "confirms a data-loading finding.",
+        min=0,
+        max=100,
+    )
+    stacks_withdraw_input_pct: float = setting(
+        5.0,
+        "... in less than this share withdraws it (the stacks say the GPUs waited for "
+        "something else).",
+        min=0,
+        max=100,
+    )
     time_used_max_pct: float = setting(
         40.0, "Elapsed below this share of the time limit is over-requested time.", min=0
     )

@@ -18,6 +18,7 @@ from slurm_gpu.config.central import (
 from slurm_gpu.config.live import LiveSettings
 from slurm_gpu.config.node import HooksSettings, PathsSettings, ShipSettings, TelemetrySettings
 from slurm_gpu.config.people import GpueffSettings, MailSettings, ReportSettings
+from slurm_gpu.config.stacks import StacksSettings
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Settings:
     report: ReportSettings = field(default_factory=ReportSettings)
     live: LiveSettings = field(default_factory=LiveSettings)
     source: SourceSettings = field(default_factory=SourceSettings)
+    stacks: StacksSettings = field(default_factory=StacksSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""

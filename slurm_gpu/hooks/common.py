@@ -90,6 +90,10 @@ class JobEnv:
     """``SLURM_JOB_END_TIME`` where Slurm gives it: the job's projected end (its time limit),
     seconds since the epoch; bounds the sampler's life (``hooks.sampler``)."""
 
+    comment: str | None = None
+    """``SLURM_JOB_COMMENT`` (the user's ``--comment``): read only for the stack-sampling
+    opt-in token (``docs/stacks.md``), never logged or stored."""
+
     @classmethod
     def from_environ(cls, environ: dict[str, str] | os._Environ[str]) -> JobEnv:
         job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
@@ -112,6 +116,7 @@ class JobEnv:
             partition=environ.get("SLURM_JOB_PARTITION") or None,
             sluid=check_sluid(environ.get("SLURM_JOB_SLUID")),
             end_time_s=_epoch(environ.get("SLURM_JOB_END_TIME")),
+            comment=environ.get("SLURM_JOB_COMMENT") or None,
         )
 
     def spool_hostname(self) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from slurm_gpu.capture.spool import JobSpool, read_pidfile, write_atomic, write_pidfile
 from slurm_gpu.capture.spoolpaths import OWNERS_DIR, owner_file
-from slurm_gpu.config import Settings
+from slurm_gpu.config import OPT_IN_TOKEN, Settings
 from slurm_gpu.hooks.common import JobEnv, job_still_running, safe
 from slurm_gpu.hooks.gpus import job_has_gpu_env, resolve_job_gpus
 from slurm_gpu.hooks.jobcgroup import move_out_of_job
@@ -126,6 +126,21 @@ def keep_running_sampler(
     return f"sampler {keep[0]} of this job already runs; kept (no second sampler)"
 
 
+def stacks_wanted(settings: Settings, env: JobEnv) -> bool:
+    """Whether the job's Python stacks are sampled (``docs/stacks.md``): its partition is in
+    ``[stacks] partitions``, or in ``user_opt_in_partitions`` and its ``--comment`` holds
+    ``slurm-gpu:stacks``. Off by default: both lists are empty."""
+    st = settings.stacks
+    part = env.partition or ""
+
+    def listed(names: Sequence[str]) -> bool:
+        return "*" in names or (bool(part) and part in names)
+
+    if listed(st.partitions):
+        return True
+    return listed(st.user_opt_in_partitions) and OPT_IN_TOKEN in (env.comment or "")
+
+
 def sampler_command(
     settings: Settings, env: JobEnv, uuids: Sequence[str], hostname: str
 ) -> list[str]:
@@ -145,6 +160,8 @@ def sampler_command(
     for opt, value in (("user", env.user), ("account", env.account), ("partition", env.partition)):
         if value:
             cmd.append(f"--{opt}={value}")
+    if stacks_wanted(settings, env):
+        cmd.append("--stacks")
     if settings.path:
         cmd += ["--config", settings.path]
     return cmd

@@ -15,11 +15,16 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions, _signal_waiter
 from slurm_gpu.capture.spool import write_pidfile
 from slurm_gpu.telemetry.base import TelemetrySource
+
+if TYPE_CHECKING:
+    from slurm_gpu.capture.hostsample import AutoHostSampler
+    from slurm_gpu.capture.stacksampler import StackSampler
+    from slurm_gpu.config import Settings
 
 log = logging.getLogger("slurm_gpu.sampler")
 
@@ -43,6 +48,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--user", default=None, help="the job's user name (live view)")
     p.add_argument("--account", default=None, help="the job's account (live view)")
     p.add_argument("--partition", default=None, help="the job's partition (live view)")
+    p.add_argument(
+        "--stacks", action="store_true", help="sample the job's Python stacks (docs/stacks.md)"
+    )
     p.add_argument("--hostname", default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--end-time", type=int, default=None, help="the job's projected end, epoch seconds"
@@ -113,6 +121,54 @@ class JobLifeBound:
         return self._stepd_gone
 
 
+def open_stacks(
+    settings: Settings, uid: int | None, host: AutoHostSampler, started_s: float
+) -> StackSampler | None:
+    """Stack bursts for this job (``[stacks]``), or ``None`` (logged) when they cannot run
+    safely: no job uid or root's, an untrusted reader, setpriv or class table."""
+    from slurm_gpu.capture.stackclass import TableError, load_table
+    from slurm_gpu.capture.stackread import default_reader_path
+    from slurm_gpu.capture.stacksampler import StackOptions, StackSampler
+    from slurm_gpu.trust import untrusted_reason
+
+    st = settings.stacks
+    if uid is None or uid == 0:
+        log.warning("stack sampling off: the job's uid is %s", "unknown" if uid is None else 0)
+        return None
+    reader = st.py_spy_path or default_reader_path()
+    for what, path in (
+        ("py-spy", reader),
+        ("setpriv", st.setpriv_path),
+        ("classes", st.classes_path),
+    ):
+        reason = untrusted_reason(path) if path and (os.geteuid() == 0) else None
+        if reason is not None:
+            log.warning("stack sampling off: %s %s is not trusted: %s", what, path, reason)
+            return None
+    try:
+        table = load_table(st.classes_path)
+    except TableError as exc:
+        log.warning("stack sampling off: %s", exc)
+        return None
+    opts = StackOptions(
+        uid=uid,
+        interval_s=st.interval_s,
+        first_burst_s=st.first_burst_s,
+        samples_per_burst=st.samples_per_burst,
+        sample_spacing_s=st.sample_spacing_s,
+        max_core_pct=st.max_core_pct,
+        max_processes=st.max_processes,
+        dump_timeout_s=st.dump_timeout_s,
+        output_max_bytes=st.output_max_bytes,
+        memory_max_bytes=st.memory_max_bytes,
+        py_spy=reader,
+        setpriv=st.setpriv_path,
+        ptrace_capability=st.ptrace_capability,
+        charge_to_job=st.charge_to_job,
+    )
+    return StackSampler(opts, table, host.cgroup_dir, started_s=started_s)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -I -m slurm_gpu.hooks.sampler``; returns the exit status."""
     # Block the stop signals first, so a SIGTERM that comes while starting is not fatal: it is
@@ -157,10 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return open_source(settings)
 
     t0 = time.monotonic()
-    host = JobLifeBound(
-        AutoHostSampler(job_id, args.uid, sluid=check_sluid(args.sluid)), job_id, args.end_time
-    )
-    sampler = Sampler(opts, factory, host)
+    job_host = AutoHostSampler(job_id, args.uid, sluid=check_sluid(args.sluid))
+    host = JobLifeBound(job_host, job_id, args.end_time)
+    stacks = open_stacks(settings, args.uid, job_host, time.time()) if args.stacks else None
+    sampler = Sampler(opts, factory, host, stacks=stacks)
     try:
         sampler.paths.create_dir()
         write_pidfile(sampler.paths.pid, os.getpid())

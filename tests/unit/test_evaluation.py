@@ -16,7 +16,7 @@ from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.evaluation.score import run
 from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
-from slurm_gpu.records import JobStep
+from slurm_gpu.records import JobStep, StackSummary
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates" / "findings"
@@ -87,6 +87,19 @@ def test_evaluate_refuses_the_tuning_seed_as_held_out(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- wording
 
 
+STACKS = StackSummary(
+    classes=("input_wait", "compute", "sleep_idle", "other"),
+    counts=(10, 80, 10, 0),
+    idle_counts=(0, 0, 0, 0),
+    deciding=(("dataloader.__next__",), ("module._call_impl",), (), ()),
+    interval_s=300.0,
+    bursts=20,
+    bursts_failed=0,
+    first_s=T0 + 60,
+    last_s=T0 + 3000,
+)
+
+
 def _scenarios() -> list[Finding]:
     """Findings covering every code, from the corpus plus constructed edge cases."""
     found = [f for t in corpus(1, 6) for f in analyze(t.job, t.nodes, S).findings]
@@ -151,6 +164,8 @@ def _scenarios() -> list[Finding]:
             job(gpus=2),
             [replace(node([gpu("GPU-a"), gpu("GPU-b", duty=0.0)]), source="dcgm-exporter")],
         ),
+        # With stack samples (docs/stacks.md): the STACK_PROFILE note.
+        (job(), [replace(node(), stacks=STACKS)]),
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)

@@ -1,0 +1,184 @@
+"""The diagnosis with stack samples (``docs/stacks.md``): a data-loading finding confirmed or
+withdrawn, idle phases explained, collective waits per rank, and the STACK_PROFILE note;
+nothing changes without them or with too few."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import jinja2
+import pytest
+
+from slurm_gpu.analysis import Code, analyze
+from slurm_gpu.analysis.wording import environment, wording
+from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.evaluation.traces import Trace, generate
+from slurm_gpu.records import StackProcess, StackSummary
+from slurm_gpu.resources import data_path
+
+S = AnalysisSettings()
+CLASSES = (
+    "collective",
+    "input_wait",
+    "checkpoint_io",
+    "evaluation",
+    "h2d_copy",
+    "compute",
+    "sleep_idle",
+    "other",
+)
+
+
+def summary(
+    shares: dict[str, int],
+    *,
+    idle: dict[str, int] | None = None,
+    ranks: tuple[dict[str, int], ...] = (),
+    start: float = 1.7e9,
+) -> StackSummary:
+    counts = tuple(shares.get(c, 0) for c in CLASSES)
+    procs = tuple(
+        StackProcess(100 + i, sum(r.values()), tuple(r.get(c, 0) for c in CLASSES))
+        for i, r in enumerate(ranks)
+    )
+    return StackSummary(
+        classes=CLASSES,
+        counts=counts,
+        idle_counts=tuple((idle or {}).get(c, 0) for c in CLASSES),
+        deciding=tuple(("dataloader.__next__",) if c == "input_wait" else () for c in CLASSES),
+        interval_s=300.0,
+        bursts=20,
+        bursts_failed=0,
+        first_s=start + 60,
+        last_s=start + 3000,
+        processes=procs,
+    )
+
+
+def with_stacks(trace: Trace, st: StackSummary) -> tuple[Trace, list]:  # type: ignore[type-arg]
+    nodes = [replace(n, stacks=st) for n in trace.nodes]
+    return trace, nodes
+
+
+def codes(trace: Trace, nodes: list) -> dict[Code, dict]:  # type: ignore[type-arg]
+    return {f.code: dict(f.evidence) for f in analyze(trace.job, nodes, S).findings}
+
+
+DATALOADER = generate("dataloader", 1)
+
+
+def test_without_stacks_nothing_changes() -> None:
+    got = codes(DATALOADER, list(DATALOADER.nodes))
+    assert Code.DATALOADER_BOUND in got and Code.STACK_PROFILE not in got
+    assert not any(k.startswith("stacks_") for k in got[Code.DATALOADER_BOUND])
+
+
+def test_the_stacks_confirm_the_data_loading_finding() -> None:
+    st = summary({"input_wait": 41, "compute": 50, "sleep_idle": 9})
+    got = codes(*with_stacks(DATALOADER, st))
+    ev = got[Code.DATALOADER_BOUND]
+    assert ev["stacks_input_wait_pct"] == 41.0 and ev["stacks_confirmed"] == 1
+    assert ev["stacks_samples"] == 100 * len(DATALOADER.nodes)
+    assert got[Code.STACK_PROFILE]["input_wait_pct"] == 41.0
+    assert "withdrew_DATALOADER_BOUND" not in got[Code.STACK_PROFILE]
+
+
+def test_the_stacks_withdraw_the_data_loading_finding() -> None:
+    st = summary({"input_wait": 2, "compute": 90, "other": 8})
+    got = codes(*with_stacks(DATALOADER, st))
+    assert Code.DATALOADER_BOUND not in got
+    assert got[Code.STACK_PROFILE]["withdrew_DATALOADER_BOUND"] == 1
+    assert got[Code.STACK_PROFILE]["compute_pct"] == 90.0
+
+
+def test_in_between_the_finding_stands_with_the_share_quoted() -> None:
+    st = summary({"input_wait": 10, "compute": 90})
+    ev = codes(*with_stacks(DATALOADER, st))[Code.DATALOADER_BOUND]
+    assert ev["stacks_input_wait_pct"] == 10.0 and ev["stacks_confirmed"] == 0
+
+
+def test_too_few_samples_change_nothing() -> None:
+    st = summary({"input_wait": 1, "compute": 5})  # 6 samples per node, under 30
+    got = codes(*with_stacks(DATALOADER, st))
+    assert Code.DATALOADER_BOUND in got and Code.STACK_PROFILE not in got
+
+
+def test_idle_phases_are_explained_by_what_the_process_did_while_the_gpus_idled() -> None:
+    trace = generate("task-farm", 1)  # IDLE_PHASES among its findings
+    assert Code.IDLE_PHASES in codes(trace, list(trace.nodes))
+    st = summary(
+        {"compute": 60, "checkpoint_io": 35, "sleep_idle": 5},
+        idle={"checkpoint_io": 35, "sleep_idle": 5},
+    )
+    got = codes(*with_stacks(trace, st))
+    ev = got[Code.IDLE_PHASES]
+    assert ev["stacks_idle_checkpoint_io_pct"] == pytest.approx(87.5)
+    assert ev["stacks_idle_sleep_idle_pct"] == pytest.approx(12.5)
+
+
+def test_collective_waits_per_rank() -> None:
+    trace = generate("imbalance", 1)
+    fast = {"collective": 60, "compute": 40}
+    slow = {"collective": 5, "compute": 95}
+    got = codes(
+        *with_stacks(trace, summary({"collective": 65, "compute": 135}, ranks=(fast, slow)))
+    )
+    ev = got[Code.GPU_IMBALANCE]
+    assert ev["stacks_ranks"] == 2 * len(trace.nodes)
+    assert ev["stacks_collective_max_pct"] == 60.0 and ev["stacks_collective_min_pct"] == 5.0
+
+
+def test_the_words_state_the_share_and_the_coverage() -> None:
+    env = environment(jinja2.FileSystemLoader(f"{data_path('templates')}/findings"))
+    st = summary({"input_wait": 41, "compute": 50, "sleep_idle": 9})
+    found = analyze(DATALOADER.job, with_stacks(DATALOADER, st)[1], S).findings
+    texts = {f.code: wording(env, f)[1] for f in found}
+    assert (
+        "the main process waited for the next batch 41 % of the time"
+        in texts[Code.DATALOADER_BOUND]
+    )
+    note = texts[Code.STACK_PROFILE]
+    assert "41 % waiting for input data" in note and "in 20 bursts" in note
+    assert "Deciding frames: input_wait: dataloader.__next__" in note
+    withdrawn = summary({"input_wait": 2, "compute": 90, "other": 8})
+    found = analyze(DATALOADER.job, with_stacks(DATALOADER, withdrawn)[1], S).findings
+    note = {f.code: wording(env, f)[1] for f in found}[Code.STACK_PROFILE]
+    assert "The data-loading finding was withdrawn" in note
+
+
+def test_gpueff_shows_the_stack_evidence_of_a_stored_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import gpueff_factory as F
+    from test_gpueff_store import WithRecommendation, _settings
+
+    from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+    from slurm_gpu.jobreport.service import report_for
+    from slurm_gpu.jobreport.terminal import TerminalRenderer
+    from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
+
+    job = F.job()
+    record = replace(
+        F.node_record(),
+        stacks=summary({"input_wait": 41, "compute": 50, "sleep_idle": 9}, start=job.start_s or 0),
+    )
+    settings = _settings(tmp_path)
+    analysis = analyze(job, [record], settings.analysis)
+    findings = tuple(
+        WithRecommendation(f.code, f.severity, f.cause, f.evidence, f.subject)
+        for f in analysis.findings
+    )
+    with Store.open(settings.store_url) as store:
+        store.write_batch(
+            [
+                JobBundle(
+                    job, (record,), TELEMETRY_COMPLETE, findings=findings, analysis_version="1"
+                )
+            ],
+            collected_at_s=1.0,
+        )
+    reader = StoreAndSpoolReader(settings)
+    text = TerminalRenderer(colour=False).report(report_for(job, reader, min_elapsed_s=30))
+    reader.close()
+    text = " ".join(text.split())  # the terminal wraps lines
+    assert "Where the job's Python time went (stack samples)" in text
+    assert "41 % waiting for input data" in text
+    assert "Deciding frames: input_wait: dataloader.__next__" in text
