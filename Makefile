@@ -16,7 +16,7 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-EXTRAS ?= test,dev,postgresql
+EXTRAS ?= test,dev,postgresql,stacks
 PYTEST_ARGS ?=
 TC_ROOT ?= /var/lib/slurm-gpu-testcluster
 # Everything that installs packages or starts daemons needs root; use sudo when not root.
@@ -43,7 +43,10 @@ $(STAMP): setup.cfg pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	touch $@
 
+# Bytecode for every module first: the cluster's users (sgtest1, sgtest2) cannot write
+# slurm_gpu/__pycache__, so a module root never imported would be compiled at each of their runs.
 cluster-up: venv
+	$(VENV)/bin/python -m compileall -q slurm_gpu
 	$(SUDO) env VENV="$(abspath $(VENV))" share/testcluster/start
 
 cluster-down:
