@@ -1,0 +1,669 @@
+"""One streamed pass over a period's GPU jobs: every per-job figure of the weekly report.
+
+The database does the joins and the grouping: one statement returns, per job of the period and
+per (GPU model, node) it ran on, its allocation, the sums over those GPUs (duty cycle, busy,
+wasted and observed GPU-hours, energy, never-used GPUs, hardware trouble) and the cause of its
+most important finding. The rows come in job order and are read in chunks; ``PeriodScan``
+folds them into running totals, each row once. What it keeps grows with the number of users,
+accounts, partitions, models and nodes (a few thousand at most), not with the number of jobs,
+except the measured jobs' duty cycles (8 bytes each, ``array('d')``) for the exact median.
+
+Float sums are added one job at a time in job-id order, so figures can differ from a sum in
+another order in the last bits (about 1e-15 relative).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Float, and_, case, cast, func, not_, or_, select
+
+from slurm_gpu.store.schema import findings, job_gpus, jobs
+from slurm_gpu.weekly.model import (
+    CAUSES,
+    CauseShare,
+    GroupUsage,
+    Headline,
+    HistogramBin,
+    IdleEdgeJob,
+    IdleEdgeSummary,
+    NodeHardware,
+    Period,
+    UserWorstJobs,
+    WorstJob,
+)
+
+HISTOGRAM_BIN_PCT = 10.0
+NO_FINDING_LABEL = "No finding (unexplained)"
+#: Result rows fetched from the database at a time (memory per chunk, not per period).
+CHUNK_ROWS = 10_000
+
+
+# --------------------------------------------------------------------------- SQL pieces
+
+
+def gpu_job() -> Any:
+    """A GPU job that has ended."""
+    return and_(jobs.c.alloc_gpus > 0, jobs.c.end_s.is_not(None))
+
+
+def in_period(period: Period) -> Any:
+    """A GPU job that ended in ``period`` (``since <= end_s < until``)."""
+    return and_(jobs.c.end_s >= period.since_s, jobs.c.end_s < period.until_s, gpu_job())
+
+
+def alloc_gh() -> Any:
+    """A job's allocated GPU-hours."""
+    return func.coalesce(
+        jobs.c.gpu_hours, jobs.c.alloc_gpus * cast(jobs.c.elapsed_s, Float) / 3600.0
+    )
+
+
+def gpu_hours() -> Any:
+    """One GPU's hours in its job: the job's elapsed time."""
+    return cast(jobs.c.elapsed_s, Float) / 3600.0
+
+
+def gpu_active(hours: Any) -> Any:
+    """Busy GPU-hours of one GPU: mean duty cycle × hours (NULL when not observed)."""
+    return hours * job_gpus.c.util_mean_pct / 100.0
+
+
+def gpu_wasted(hours: Any, unused_max_duty_pct: float) -> Any:
+    """Wasted GPU-hours of one GPU, as the analysis counts them: the whole span of an unused
+    GPU, else the share of readings that were idle (NULL when not observed)."""
+    g = job_gpus.c
+    return case(
+        (g.util_mean_pct.is_(None), None),
+        (g.util_mean_pct <= unused_max_duty_pct, hours),
+        else_=hours * func.coalesce(g.idle_fraction, 0.0),
+    )
+
+
+def gpu_observed(hours: Any) -> Any:
+    """Hours of a GPU that reported a utilization (0 otherwise)."""
+    return case((job_gpus.c.util_mean_pct.is_not(None), hours), else_=0.0)
+
+
+def never_used_cond(unused_max_duty_pct: float) -> Any:
+    """An allocated GPU the job did not use (or, unread, on which no process was seen)."""
+    g = job_gpus.c
+    return or_(
+        g.util_mean_pct <= unused_max_duty_pct,
+        and_(g.util_mean_pct.is_(None), not_(g.process_seen)),
+    )
+
+
+def trouble_cond() -> Any:
+    """A GPU with throttling, ECC errors or XID events."""
+    g = job_gpus.c
+    return or_(
+        g.throttle_power_s > 0,
+        g.throttle_thermal_s > 0,
+        func.coalesce(g.ecc_corrected, 0) > 0,
+        func.coalesce(g.ecc_uncorrected, 0) > 0,
+        g.xid_events != "",
+    )
+
+
+def _top_finding(column: Any) -> Any:
+    """``column`` of the job's most important finding that names a cause (lowest ``seq``)."""
+    f = findings.c
+    return (
+        select(column)
+        .where(f.job_id == jobs.c.job_id, f.cause.is_not(None))
+        .order_by(f.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
+    """One row per (job of ``period``, GPU model, node); a job without GPU rows has one row
+    with ``n_gpus = 0``. Ordered by job id, so that a job's rows are adjacent."""
+    g = job_gpus.c
+    on_gpu = g.uuid.is_not(None)
+    hours = gpu_hours()
+    ever_active = g.active_first_time_s.is_not(None)
+    head = case((ever_active, func.coalesce(g.idle_head_s, 0.0)), else_=None)
+    tail = case((ever_active, func.coalesce(g.idle_tail_s, 0.0)), else_=None)
+    never = and_(on_gpu, never_used_cond(unused_max_duty_pct))
+    trouble = and_(on_gpu, trouble_cond())
+    job_cols = (
+        jobs.c.job_id,
+        jobs.c.job_id_display,
+        jobs.c.user,
+        jobs.c.account,
+        jobs.c.partition,
+        jobs.c.alloc_gpus,
+        jobs.c.elapsed_s,
+        jobs.c.gpu_hours,
+    )
+    return (
+        select(
+            *job_cols,
+            alloc_gh().label("alloc_gh"),
+            _top_finding(findings.c.cause).label("cause"),
+            _top_finding(findings.c.code).label("code"),
+            g.model,
+            g.host,
+            func.count(g.uuid).label("n_gpus"),
+            func.sum(g.util_mean_pct).label("util_sum"),
+            func.count(g.util_mean_pct).label("util_n"),
+            func.sum(case((on_gpu, hours), else_=None)).label("hours"),
+            func.sum(gpu_active(hours)).label("active"),
+            func.sum(gpu_wasted(hours, unused_max_duty_pct)).label("wasted"),
+            func.sum(case((on_gpu, gpu_observed(hours)), else_=0.0)).label("observed"),
+            func.sum(g.energy_j).label("energy_j"),
+            func.min(head).label("head_s"),
+            func.min(tail).label("tail_s"),
+            func.sum(head + tail).label("edge_s"),
+            func.sum(case((never, 1), else_=0)).label("never_n"),
+            func.sum(case((never, hours), else_=None)).label("never_hours"),
+            func.sum(case((trouble, 1), else_=0)).label("trouble_n"),
+            func.sum(case((trouble, g.throttle_power_s), else_=None)).label("power_s"),
+            func.sum(case((trouble, g.throttle_thermal_s), else_=None)).label("thermal_s"),
+            func.sum(case((trouble, g.ecc_corrected), else_=None)).label("ecc_c"),
+            func.sum(case((trouble, g.ecc_uncorrected), else_=None)).label("ecc_u"),
+        )
+        .select_from(jobs.outerjoin(job_gpus, g.job_id == jobs.c.job_id))
+        .where(in_period(period))
+        # The job's other columns depend on its primary key (SQL:2003 functional dependency,
+        # which PostgreSQL and SQLite both accept): a short sort key.
+        .group_by(jobs.c.job_id, g.model, g.host)
+        .order_by(jobs.c.job_id, g.model, g.host)
+    )
+
+
+# Positions in a row of ``scan_statement`` (rows are read as tuples: no per-row lookups).
+(
+    _ID,
+    _DISPLAY,
+    _USER,
+    _ACCOUNT,
+    _PARTITION,
+    _GPUS,
+    _ELAPSED,
+    _GH,
+    _ALLOC,
+    _CAUSE,
+    _CODE,
+    _MODEL,
+    _HOST,
+    _N_GPUS,
+    _UTIL_SUM,
+    _UTIL_N,
+    _HOURS,
+    _ACTIVE,
+    _WASTED,
+    _OBSERVED,
+    _ENERGY,
+    _HEAD,
+    _TAIL,
+    _EDGE,
+    _NEVER_N,
+    _NEVER_H,
+    _TROUBLE_N,
+    _POWER,
+    _THERMAL,
+    _ECC_C,
+    _ECC_U,
+) = range(31)
+
+
+# --------------------------------------------------------------------------- running totals
+
+
+def _add(a: float | None, b: Any) -> float | None:
+    """SQL's SUM of two partial sums: NULL only when both are."""
+    if b is None:
+        return a
+    return float(b) if a is None else a + float(b)
+
+
+def _lo(a: float | None, b: Any) -> float | None:
+    """SQL's MIN of two partial minima (NULLs ignored)."""
+    if b is None:
+        return a
+    return float(b) if a is None else min(a, float(b))
+
+
+def _f(value: Any) -> float:
+    """A value that may be NULL as a float (NaN for NULL, as a DataFrame held it)."""
+    return math.nan if value is None else float(value)
+
+
+@dataclass(slots=True)
+class _Group:
+    """Running totals of one user, account or partition (GPU-hours)."""
+
+    jobs: int = 0
+    alloc: float = 0.0
+    observed: float = 0.0
+    active: float = 0.0
+    wasted: float = 0.0
+    wasted_by_cause: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Model:
+    """Running totals of one GPU model, over its GPUs (GPU-hours)."""
+
+    jobs: int = 0
+    alloc: float = 0.0
+    observed: float = 0.0
+    active: float = 0.0
+    wasted: float = 0.0
+
+
+@dataclass(slots=True)
+class _Node:
+    """Hardware trouble of one node: seconds of throttling, ECC error counts."""
+
+    jobs: int = 0
+    power_s: float = 0.0
+    thermal_s: float = 0.0
+    ecc_c: int = 0
+    ecc_u: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NeverUsedTotals:
+    """Never-used GPUs of the period: how many, in how many jobs, their GPU-hours."""
+
+    gpus: int
+    jobs: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True, slots=True)
+class WeekTotals:
+    """A period's totals as one week of the trend (GPU-hours)."""
+
+    jobs: int
+    gpu_hours_allocated: float
+    gpu_hours_observed: float
+    gpu_hours_active: float
+    gpu_hours_wasted: float
+
+
+class _TopN:
+    """The ``n`` smallest items by ``key`` seen so far (a sorted list of at most ``n``)."""
+
+    __slots__ = ("items", "keys", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.keys: list[tuple[float, str]] = []
+        self.items: list[Any] = []
+
+    def offer(self, key: tuple[float, str], make: Callable[[], Any]) -> None:
+        if self.n <= 0 or (len(self.keys) >= self.n and key >= self.keys[-1]):
+            return
+        at = bisect.bisect_right(self.keys, key)
+        self.keys.insert(at, key)
+        self.items.insert(at, make())
+        if len(self.keys) > self.n:
+            del self.keys[-1], self.items[-1]
+
+
+class PeriodScan:
+    """The running totals of one period's jobs; feed it with ``scan``."""
+
+    def __init__(self, *, idle_edge_min_s: float, table_rows: int, worst_per_user: int) -> None:
+        self.edge_min_s = idle_edge_min_s
+        self.worst_per_user = worst_per_user
+        self.jobs = 0
+        self.jobs_measured = 0
+        self.jobs_with_findings = 0
+        self.alloc = 0.0
+        self.unmeasured_alloc = 0.0
+        self.observed = 0.0
+        self.active = 0.0
+        self.wasted = 0.0
+        self.energy_j = 0.0
+        self.energy_seen = False
+        self.duty = array("d")
+        n_bins = int(100 / HISTOGRAM_BIN_PCT)
+        self.bin_jobs = [0] * n_bins
+        self.bin_hours = [0.0] * n_bins
+        self.groups: dict[str, dict[str, _Group]] = {"user": {}, "account": {}, "partition": {}}
+        self.worst: dict[str, _TopN] = {}
+        self.cause_jobs: dict[int, int] = {}
+        self.cause_wasted: dict[int, float] = {}
+        self.edge_jobs = 0
+        self.edge_gh = 0.0
+        self.edge_top = _TopN(table_rows)
+        self.models: dict[str, _Model] = {}
+        self.nodes: dict[str, _Node] = {}
+        self.never_gpus = 0
+        self.never_jobs = 0
+        self.never_hours = 0.0
+
+    # ----------------------------------------------------------------- feeding
+
+    def add_job(self, parts: list[Any]) -> None:
+        """Fold one job (its rows of ``scan_statement``) into the totals."""
+        j = parts[0]
+        util_sum, util_n = j[_UTIL_SUM], j[_UTIL_N]
+        active, wasted, observed = j[_ACTIVE], j[_WASTED], j[_OBSERVED]
+        energy, head, tail, edge = j[_ENERGY], j[_HEAD], j[_TAIL], j[_EDGE]
+        if len(parts) > 1:
+            for p in parts[1:]:
+                util_sum = _add(util_sum, p[_UTIL_SUM])
+                util_n += p[_UTIL_N]
+                active = _add(active, p[_ACTIVE])
+                wasted = _add(wasted, p[_WASTED])
+                observed = _add(observed, p[_OBSERVED])
+                energy = _add(energy, p[_ENERGY])
+                head = _lo(head, p[_HEAD])
+                tail = _lo(tail, p[_TAIL])
+                edge = _add(edge, p[_EDGE])
+        self._per_gpu_groups(parts)
+        duty = float(util_sum) / util_n if util_n else None
+        alloc = j[_ALLOC]
+        cause = None if j[_CAUSE] is None else int(j[_CAUSE])
+        self.jobs += 1
+        if alloc is not None:
+            alloc = float(alloc)
+            self.alloc += alloc
+        if cause is not None:
+            self.jobs_with_findings += 1
+        if duty is None:
+            # Not measured: allocated only, never active or wasted.
+            if alloc is not None:
+                self.unmeasured_alloc += alloc
+            active = wasted = observed = None
+        else:
+            self.jobs_measured += 1
+            if observed is not None:
+                self.observed += observed
+            if active is not None:
+                self.active += active
+            if wasted is not None:
+                self.wasted += wasted
+            if energy is not None:
+                self.energy_j += energy
+                self.energy_seen = True
+            self.duty.append(duty)
+            b = min(max(int(duty // HISTOGRAM_BIN_PCT), 0), len(self.bin_jobs) - 1)
+            self.bin_jobs[b] += 1
+            self.bin_hours[b] += 0.0 if alloc is None else alloc
+        for name, pos in (("user", _USER), ("account", _ACCOUNT), ("partition", _PARTITION)):
+            key = "(none)" if j[pos] is None else str(j[pos])
+            grp = self.groups[name].get(key)
+            if grp is None:
+                grp = self.groups[name][key] = _Group()
+            grp.jobs += 1
+            if alloc is not None:
+                grp.alloc += alloc
+            if observed is not None:
+                grp.observed += observed
+            if active is not None:
+                grp.active += active
+            if wasted is not None:
+                grp.wasted += wasted
+                if cause is not None:
+                    grp.wasted_by_cause[cause] = grp.wasted_by_cause.get(cause, 0.0) + wasted
+        if wasted is not None:
+            key_c = cause or 0
+            self.cause_jobs[key_c] = self.cause_jobs.get(key_c, 0) + 1
+            self.cause_wasted[key_c] = self.cause_wasted.get(key_c, 0.0) + wasted
+            if j[_USER] is not None:
+                self._offer_worst(j, duty, wasted, cause)
+        if (head is not None and head >= self.edge_min_s) or (
+            tail is not None and tail >= self.edge_min_s
+        ):
+            idle_gh = _f(edge) / 3600.0
+            self.edge_jobs += 1
+            if not math.isnan(idle_gh):
+                self.edge_gh += idle_gh
+            self.edge_top.offer(
+                (-idle_gh, str(j[_ID])),
+                lambda: IdleEdgeJob(
+                    job_id=str(j[_ID]),
+                    job_id_display=str(j[_DISPLAY]),
+                    user=str(j[_USER]),
+                    gpus=int(j[_GPUS]),
+                    elapsed_s=_f(j[_ELAPSED]),
+                    idle_head_s=_f(head),
+                    idle_tail_s=_f(tail),
+                    gpu_hours_idle=idle_gh,
+                ),
+            )
+
+    def _offer_worst(self, j: Any, duty: float | None, wasted: float, cause: int | None) -> None:
+        user = str(j[_USER])
+        top = self.worst.get(user)
+        if top is None:
+            top = self.worst[user] = _TopN(self.worst_per_user)
+        top.offer(
+            (-wasted, str(j[_ID])),
+            lambda: WorstJob(
+                job_id=str(j[_ID]),
+                job_id_display=str(j[_DISPLAY]),
+                user=user,
+                account=None if j[_ACCOUNT] is None else str(j[_ACCOUNT]),
+                partition=None if j[_PARTITION] is None else str(j[_PARTITION]),
+                gpus=int(j[_GPUS]),
+                elapsed_s=_f(j[_ELAPSED]),
+                duty_cycle_pct=duty,
+                gpu_hours_allocated=_f(j[_ALLOC]),
+                gpu_hours_wasted=wasted,
+                cause=cause,
+                finding_code=None if j[_CODE] is None else str(j[_CODE]),
+            ),
+        )
+
+    def _per_gpu_groups(self, parts: list[Any]) -> None:
+        """GPU models, nodes with trouble and never-used GPUs: sums over the job's GPUs."""
+        models: set[str] = set()
+        nodes: set[str] = set()
+        never = False
+        for p in parts:
+            if not p[_N_GPUS]:
+                continue
+            key = "(unknown)" if p[_MODEL] is None else str(p[_MODEL])
+            m = self.models.get(key)
+            if m is None:
+                m = self.models[key] = _Model()
+            if key not in models:
+                models.add(key)
+                m.jobs += 1
+            m.alloc += _nz(p[_HOURS])
+            m.observed += _nz(p[_OBSERVED])
+            m.active += _nz(p[_ACTIVE])
+            m.wasted += _nz(p[_WASTED])
+            if p[_NEVER_N]:
+                never = True
+                self.never_gpus += int(p[_NEVER_N])
+                self.never_hours += _nz(p[_NEVER_H])
+            if p[_TROUBLE_N]:
+                host = str(p[_HOST])
+                n = self.nodes.get(host)
+                if n is None:
+                    n = self.nodes[host] = _Node()
+                if host not in nodes:
+                    nodes.add(host)
+                    n.jobs += 1
+                n.power_s += _nz(p[_POWER])
+                n.thermal_s += _nz(p[_THERMAL])
+                n.ecc_c += int(p[_ECC_C] or 0)
+                n.ecc_u += int(p[_ECC_U] or 0)
+        if never:
+            self.never_jobs += 1
+
+    # ----------------------------------------------------------------- results
+
+    def headline(self) -> Headline:
+        """The period's totals."""
+        # The exact median (the mean of the two middle values for an even count), taken by
+        # numpy on the 8-byte values in place: no Python float object per job.
+        median = float(np.median(np.frombuffer(self.duty))) if self.duty else None
+        return Headline(
+            jobs=self.jobs,
+            jobs_measured=self.jobs_measured,
+            jobs_with_findings=self.jobs_with_findings,
+            gpu_hours_allocated=self.alloc,
+            gpu_hours_unmeasured=self.unmeasured_alloc,
+            gpu_hours_active=self.active,
+            gpu_hours_wasted=self.wasted,
+            duty_cycle_median_pct=median,
+            duty_cycle_weighted_pct=100.0 * self.active / self.observed
+            if self.observed > 0
+            else None,
+            energy_kwh=self.energy_j / 3.6e6 if self.energy_seen else None,
+        )
+
+    def week(self) -> WeekTotals:
+        """The period as a week of the trend."""
+        return WeekTotals(self.jobs, self.alloc, self.observed, self.active, self.wasted)
+
+    def histogram(self) -> tuple[HistogramBin, ...]:
+        """Measured jobs in 10 %-wide duty-cycle bins, with their allocated GPU-hours."""
+        return tuple(
+            HistogramBin(
+                lo_pct=i * HISTOGRAM_BIN_PCT,
+                hi_pct=(i + 1) * HISTOGRAM_BIN_PCT,
+                jobs=self.bin_jobs[i],
+                gpu_hours_allocated=self.bin_hours[i],
+            )
+            for i in range(len(self.bin_jobs))
+        )
+
+    def group_usage(self, name: str, limit: int | None, order: str) -> tuple[GroupUsage, ...]:
+        """Per user, account or partition (``name``), ordered by ``order`` (``wasted`` or
+        ``alloc``) then key, at most ``limit``; each with its main cause (largest waste; among
+        equals the lowest cause number)."""
+        groups = self.groups[name]
+
+        def rank(key: str) -> tuple[float, str]:
+            g = groups[key]
+            return (-(g.wasted if order == "wasted" else g.alloc), key)
+
+        keys = sorted(groups, key=rank)
+        if limit is not None:
+            keys = keys[:limit]
+        out = []
+        for key in keys:
+            g = groups[key]
+            main = min(g.wasted_by_cause.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+            out.append(
+                GroupUsage(
+                    key=key,
+                    jobs=g.jobs,
+                    gpu_hours_allocated=g.alloc,
+                    gpu_hours_active=g.active,
+                    gpu_hours_wasted=g.wasted,
+                    duty_cycle_weighted_pct=100.0 * g.active / g.observed
+                    if g.observed > 0
+                    else None,
+                    main_cause=None if main is None else main[0],
+                    main_cause_gpu_hours=0.0 if main is None else main[1],
+                )
+            )
+        return tuple(out)
+
+    def worst_jobs(self, users: list[str]) -> tuple[UserWorstJobs, ...]:
+        """The most wasteful measured jobs of each of ``users``, in that order."""
+        return tuple(
+            UserWorstJobs(
+                user=user,
+                anchor=f"user-{n + 1}",
+                jobs=tuple(self.worst[user].items) if user in self.worst else (),
+            )
+            for n, user in enumerate(users)
+        )
+
+    def causes(self) -> tuple[CauseShare, ...]:
+        """Wasted GPU-hours per cause 1–7, then the waste with no finding."""
+        return tuple(
+            CauseShare(
+                cause=cause or None,
+                label=CAUSES.get(cause, NO_FINDING_LABEL),
+                jobs=self.cause_jobs.get(cause, 0),
+                gpu_hours_wasted=self.cause_wasted.get(cause, 0.0),
+            )
+            for cause in [*CAUSES, 0]
+        )
+
+    def idle_edges(self) -> IdleEdgeSummary:
+        """Jobs whose GPUs all idled at least ``idle_edge_min_s`` at the start or the end."""
+        return IdleEdgeSummary(
+            jobs=self.edge_jobs, gpu_hours_idle=self.edge_gh, worst=tuple(self.edge_top.items)
+        )
+
+    def by_gpu_model(self) -> tuple[GroupUsage, ...]:
+        """Per GPU model, over the GPUs in the store (largest allocation first)."""
+        out = [
+            GroupUsage(
+                key=key,
+                jobs=m.jobs,
+                gpu_hours_allocated=m.alloc,
+                gpu_hours_active=m.active,
+                gpu_hours_wasted=m.wasted,
+                duty_cycle_weighted_pct=100.0 * m.active / m.observed if m.observed > 0 else None,
+            )
+            for key, m in self.models.items()
+        ]
+        out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
+        return tuple(out)
+
+    def hardware(self, xid_codes: dict[str, tuple[int, ...]]) -> tuple[NodeHardware, ...]:
+        """Nodes with GPU trouble, worst first; ``xid_codes`` per node from the store."""
+        out = [
+            NodeHardware(
+                hostname=host,
+                jobs=n.jobs,
+                throttle_power_h=n.power_s / 3600.0,
+                throttle_thermal_h=n.thermal_s / 3600.0,
+                ecc_corrected=n.ecc_c,
+                ecc_uncorrected=n.ecc_u,
+                xid_codes=xid_codes.get(host, ()),
+            )
+            for host, n in self.nodes.items()
+        ]
+        out.sort(
+            key=lambda n: (
+                -n.ecc_uncorrected,
+                -len(n.xid_codes),
+                -(n.throttle_power_h + n.throttle_thermal_h),
+                n.hostname,
+            )
+        )
+        return tuple(out)
+
+    def never_used_totals(self) -> NeverUsedTotals:
+        return NeverUsedTotals(self.never_gpus, self.never_jobs, self.never_hours)
+
+
+def _nz(value: Any) -> float:
+    """A partial sum that may be NULL, as a float (0 for NULL)."""
+    return 0.0 if value is None else float(value)
+
+
+def scan(conn: Connection, period: Period, unused_max_duty_pct: float, into: PeriodScan) -> None:
+    """Stream ``period``'s jobs from the store into ``into``, ``CHUNK_ROWS`` rows at a time."""
+    result = conn.execution_options(stream_results=True).execute(
+        scan_statement(period, unused_max_duty_pct)
+    )
+    parts: list[Any] = []
+    current: Any = None
+    add = into.add_job
+    for chunk in result.partitions(CHUNK_ROWS):
+        for row in chunk:
+            if row[_ID] != current:
+                if parts:
+                    add(parts)
+                parts = [row]
+                current = row[_ID]
+            else:
+                parts.append(row)
+    if parts:
+        add(parts)
