@@ -48,6 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store.actionrows import stopped_per_action
 from slurm_gpu.store.schema import job_gpus, jobs, live_actions
+from slurm_gpu.weekly.gpuflags import FlagScan, scan_flags
 from slurm_gpu.weekly.jobscan import (
     PeriodScan,
     WeekTotals,
@@ -57,14 +58,11 @@ from slurm_gpu.weekly.jobscan import (
     gpu_observed,
     gpu_wasted,
     in_period,
-    never_used_cond,
     scan,
 )
 from slurm_gpu.weekly.model import (
     LivePolicyRule,
     LivePolicySummary,
-    NeverUsedGpu,
-    NeverUsedSummary,
     Period,
     TrendWeek,
     WeeklyReport,
@@ -98,69 +96,6 @@ def last_full_week(now_s: float) -> Period:
 
 
 # --------------------------------------------------------------------------- SQL-only parts
-
-
-def never_used_worst(
-    conn: Connection, period: Period, limit: int, unused_max_duty_pct: float
-) -> tuple[NeverUsedGpu, ...]:
-    """The ``limit`` largest (by GPU-hours) allocated GPUs the job did not use: mean duty
-    cycle at or below the analysis's ``unused_max_duty_pct`` (or, unread, no process seen)."""
-    g = job_gpus.c
-    hours = gpu_hours()
-    rows = conn.execute(
-        select(
-            g.job_id,
-            jobs.c.job_id_display,
-            jobs.c.user,
-            g.host,
-            g.uuid,
-            g.model,
-            g.process_seen,
-            g.util_mean_pct,
-            hours.label("hours"),
-        )
-        .select_from(job_gpus.join(jobs, jobs.c.job_id == g.job_id))
-        .where(in_period(period), never_used_cond(unused_max_duty_pct))
-        .order_by(hours.desc(), g.job_id, g.host, g.uuid)
-        .limit(limit)
-    ).all()
-    return tuple(
-        NeverUsedGpu(
-            job_id=str(r.job_id),
-            job_id_display=str(r.job_id_display),
-            user=str(r.user),
-            hostname=str(r.host),
-            gpu_uuid=str(r.uuid),
-            gpu_model=r.model,
-            process_seen=bool(r.process_seen),
-            duty_cycle_pct=None if r.util_mean_pct is None else float(r.util_mean_pct),
-            gpu_hours=float(r.hours),
-        )
-        for r in rows
-    )
-
-
-def xid_codes(conn: Connection, period: Period) -> dict[str, tuple[int, ...]]:
-    """Distinct XID codes per node of the period's jobs (few GPUs carry any: the rows with
-    some are streamed and split here)."""
-    g = job_gpus.c
-    codes: dict[str, set[int]] = {}
-    result = conn.execution_options(stream_results=True).execute(
-        select(g.host, g.xid_events)
-        .select_from(job_gpus.join(jobs, jobs.c.job_id == g.job_id))
-        .where(in_period(period), g.xid_events != "")
-    )
-    for chunk in result.partitions(10_000):
-        for host, events in chunk:
-            for code in str(events).split(","):
-                try:
-                    number = float(code.strip())
-                except ValueError:
-                    continue
-                # As pandas' to_numeric then int(): "79" and "79.0" are both 79.
-                if number == number and abs(number) != float("inf"):
-                    codes.setdefault(str(host), set()).add(int(number))
-    return {host: tuple(sorted(found)) for host, found in codes.items()}
 
 
 def trend_weeks(
@@ -321,12 +256,13 @@ def build_report(
             scan(conn, period, thr, now)
             prev = new_scan()
             scan(conn, previous, thr, prev)
+            flags = FlagScan(opts.table_rows)
+            scan_flags(conn, period, thr, flags)
             # A report of one week is the trend's last week, and the previous one its
             # second to last: their totals are not asked of the store again.
             is_week = period.until_s - WEEK_S == period.since_s
             newest = (prev.week(), now.week()) if is_week else ()
             users = now.group_usage("user", opts.top_n, "wasted")
-            never = now.never_used_totals()
             report = WeeklyReport(
                 site_name=opts.site_name,
                 generated_s=time.time() if now_s is None else now_s,
@@ -341,14 +277,9 @@ def build_report(
                 top_accounts=now.group_usage("account", opts.top_n, "wasted"),
                 worst_jobs=now.worst_jobs([u.key for u in users]),
                 causes=now.causes(),
-                never_used=NeverUsedSummary(
-                    gpus=never.gpus,
-                    jobs=never.jobs,
-                    gpu_hours=never.gpu_hours,
-                    worst=never_used_worst(conn, period, opts.table_rows, thr),
-                ),
+                never_used=flags.never_used(),
                 idle_edges=now.idle_edges(),
-                hardware=now.hardware(xid_codes(conn, period)),
+                hardware=flags.hardware(),
                 trend=trend(conn, period.until_s, opts.trend_weeks, thr, newest),
                 idle_edge_min_s=opts.idle_edge_min_s,
                 live_policy=live_policy(conn, period),

@@ -1,12 +1,12 @@
 """One streamed pass over a period's GPU jobs: every per-job figure of the weekly report.
 
 The database does the joins and the grouping: one statement returns, per job of the period and
-per (GPU model, node) it ran on, its allocation, the sums over those GPUs (duty cycle, busy,
-wasted and observed GPU-hours, energy, never-used GPUs, hardware trouble) and the cause of its
-most important finding. The rows come in job order and are read in chunks; ``PeriodScan``
-folds them into running totals, each row once. What it keeps grows with the number of users,
-accounts, partitions, models and nodes (a few thousand at most), not with the number of jobs,
-except the measured jobs' duty cycles (8 bytes each, ``array('d')``) for the exact median.
+per GPU model it ran on, its allocation, the sums over those GPUs (duty cycle, busy, wasted and
+observed GPU-hours, energy, idle head and tail) and the cause of its most important finding.
+The rows come in job order and are read in chunks; ``PeriodScan`` folds them into running
+totals, each row once. What it keeps grows with the number of users, accounts, partitions
+and models (a few thousand at most), not with the number of jobs, except the measured jobs'
+duty cycles (8 bytes each, ``array('d')``) for the exact median.
 
 Float sums are added one job at a time in job-id order, so figures can differ from a sum in
 another order in the last bits (about 1e-15 relative).
@@ -33,7 +33,6 @@ from slurm_gpu.weekly.model import (
     HistogramBin,
     IdleEdgeJob,
     IdleEdgeSummary,
-    NodeHardware,
     Period,
     UserWorstJobs,
     WorstJob,
@@ -125,16 +124,16 @@ def _top_finding(column: Any) -> Any:
 
 
 def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
-    """One row per (job of ``period``, GPU model, node); a job without GPU rows has one row
-    with ``n_gpus = 0``. Ordered by job id, so that a job's rows are adjacent."""
+    """One row per (job of ``period``, GPU model); a job without GPU rows has one row with
+    ``n_gpus = 0``. Ordered by job id, so that a job's rows are adjacent. (Never-used GPUs
+    and hardware trouble, a few GPUs in a hundred, come from ``exceptions_statement``.)"""
     g = job_gpus.c
     on_gpu = g.uuid.is_not(None)
     hours = gpu_hours()
+    model = func.coalesce(g.model, "(unknown)")
     ever_active = g.active_first_time_s.is_not(None)
     head = case((ever_active, func.coalesce(g.idle_head_s, 0.0)), else_=None)
     tail = case((ever_active, func.coalesce(g.idle_tail_s, 0.0)), else_=None)
-    never = and_(on_gpu, never_used_cond(unused_max_duty_pct))
-    trouble = and_(on_gpu, trouble_cond())
     job_cols = (
         jobs.c.job_id,
         jobs.c.job_id_display,
@@ -151,8 +150,7 @@ def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
             alloc_gh().label("alloc_gh"),
             _top_finding(findings.c.cause).label("cause"),
             _top_finding(findings.c.code).label("code"),
-            g.model,
-            g.host,
+            model.label("model"),
             func.count(g.uuid).label("n_gpus"),
             func.sum(g.util_mean_pct).label("util_sum"),
             func.count(g.util_mean_pct).label("util_n"),
@@ -164,20 +162,13 @@ def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
             func.min(head).label("head_s"),
             func.min(tail).label("tail_s"),
             func.sum(head + tail).label("edge_s"),
-            func.sum(case((never, 1), else_=0)).label("never_n"),
-            func.sum(case((never, hours), else_=None)).label("never_hours"),
-            func.sum(case((trouble, 1), else_=0)).label("trouble_n"),
-            func.sum(case((trouble, g.throttle_power_s), else_=None)).label("power_s"),
-            func.sum(case((trouble, g.throttle_thermal_s), else_=None)).label("thermal_s"),
-            func.sum(case((trouble, g.ecc_corrected), else_=None)).label("ecc_c"),
-            func.sum(case((trouble, g.ecc_uncorrected), else_=None)).label("ecc_u"),
         )
         .select_from(jobs.outerjoin(job_gpus, g.job_id == jobs.c.job_id))
         .where(in_period(period))
         # The job's other columns depend on its primary key (SQL:2003 functional dependency,
         # which PostgreSQL and SQLite both accept): a short sort key.
-        .group_by(jobs.c.job_id, g.model, g.host)
-        .order_by(jobs.c.job_id, g.model, g.host)
+        .group_by(jobs.c.job_id, model)
+        .order_by(jobs.c.job_id, model)
     )
 
 
@@ -195,7 +186,6 @@ def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
     _CAUSE,
     _CODE,
     _MODEL,
-    _HOST,
     _N_GPUS,
     _UTIL_SUM,
     _UTIL_N,
@@ -207,14 +197,7 @@ def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
     _HEAD,
     _TAIL,
     _EDGE,
-    _NEVER_N,
-    _NEVER_H,
-    _TROUBLE_N,
-    _POWER,
-    _THERMAL,
-    _ECC_C,
-    _ECC_U,
-) = range(31)
+) = range(23)
 
 
 # --------------------------------------------------------------------------- running totals
@@ -262,26 +245,6 @@ class _Model:
     wasted: float = 0.0
 
 
-@dataclass(slots=True)
-class _Node:
-    """Hardware trouble of one node: seconds of throttling, ECC error counts."""
-
-    jobs: int = 0
-    power_s: float = 0.0
-    thermal_s: float = 0.0
-    ecc_c: int = 0
-    ecc_u: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class NeverUsedTotals:
-    """Never-used GPUs of the period: how many, in how many jobs, their GPU-hours."""
-
-    gpus: int
-    jobs: int
-    gpu_hours: float
-
-
 @dataclass(frozen=True, slots=True)
 class WeekTotals:
     """A period's totals as one week of the trend (GPU-hours)."""
@@ -293,17 +256,17 @@ class WeekTotals:
     gpu_hours_wasted: float
 
 
-class _TopN:
+class TopN:
     """The ``n`` smallest items by ``key`` seen so far (a sorted list of at most ``n``)."""
 
     __slots__ = ("items", "keys", "n")
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.keys: list[tuple[float, str]] = []
+        self.keys: list[tuple[Any, ...]] = []
         self.items: list[Any] = []
 
-    def offer(self, key: tuple[float, str], make: Callable[[], Any]) -> None:
+    def offer(self, key: tuple[Any, ...], make: Callable[[], Any]) -> None:
         if self.n <= 0 or (len(self.keys) >= self.n and key >= self.keys[-1]):
             return
         at = bisect.bisect_right(self.keys, key)
@@ -334,17 +297,13 @@ class PeriodScan:
         self.bin_jobs = [0] * n_bins
         self.bin_hours = [0.0] * n_bins
         self.groups: dict[str, dict[str, _Group]] = {"user": {}, "account": {}, "partition": {}}
-        self.worst: dict[str, _TopN] = {}
+        self.worst: dict[str, TopN] = {}
         self.cause_jobs: dict[int, int] = {}
         self.cause_wasted: dict[int, float] = {}
         self.edge_jobs = 0
         self.edge_gh = 0.0
-        self.edge_top = _TopN(table_rows)
+        self.edge_top = TopN(table_rows)
         self.models: dict[str, _Model] = {}
-        self.nodes: dict[str, _Node] = {}
-        self.never_gpus = 0
-        self.never_jobs = 0
-        self.never_hours = 0.0
 
     # ----------------------------------------------------------------- feeding
 
@@ -365,7 +324,7 @@ class PeriodScan:
                 head = _lo(head, p[_HEAD])
                 tail = _lo(tail, p[_TAIL])
                 edge = _add(edge, p[_EDGE])
-        self._per_gpu_groups(parts)
+        self._per_model(parts)
         duty = float(util_sum) / util_n if util_n else None
         alloc = j[_ALLOC]
         cause = None if j[_CAUSE] is None else int(j[_CAUSE])
@@ -442,7 +401,7 @@ class PeriodScan:
         user = str(j[_USER])
         top = self.worst.get(user)
         if top is None:
-            top = self.worst[user] = _TopN(self.worst_per_user)
+            top = self.worst[user] = TopN(self.worst_per_user)
         top.offer(
             (-wasted, str(j[_ID])),
             lambda: WorstJob(
@@ -461,43 +420,20 @@ class PeriodScan:
             ),
         )
 
-    def _per_gpu_groups(self, parts: list[Any]) -> None:
-        """GPU models, nodes with trouble and never-used GPUs: sums over the job's GPUs."""
-        models: set[str] = set()
-        nodes: set[str] = set()
-        never = False
+    def _per_model(self, parts: list[Any]) -> None:
+        """GPU models: sums over the job's GPUs of each model."""
         for p in parts:
             if not p[_N_GPUS]:
                 continue
-            key = "(unknown)" if p[_MODEL] is None else str(p[_MODEL])
+            key = str(p[_MODEL])
             m = self.models.get(key)
             if m is None:
                 m = self.models[key] = _Model()
-            if key not in models:
-                models.add(key)
-                m.jobs += 1
+            m.jobs += 1  # rows are per (job, model): one per model of the job
             m.alloc += _nz(p[_HOURS])
             m.observed += _nz(p[_OBSERVED])
             m.active += _nz(p[_ACTIVE])
             m.wasted += _nz(p[_WASTED])
-            if p[_NEVER_N]:
-                never = True
-                self.never_gpus += int(p[_NEVER_N])
-                self.never_hours += _nz(p[_NEVER_H])
-            if p[_TROUBLE_N]:
-                host = str(p[_HOST])
-                n = self.nodes.get(host)
-                if n is None:
-                    n = self.nodes[host] = _Node()
-                if host not in nodes:
-                    nodes.add(host)
-                    n.jobs += 1
-                n.power_s += _nz(p[_POWER])
-                n.thermal_s += _nz(p[_THERMAL])
-                n.ecc_c += int(p[_ECC_C] or 0)
-                n.ecc_u += int(p[_ECC_U] or 0)
-        if never:
-            self.never_jobs += 1
 
     # ----------------------------------------------------------------- results
 
@@ -614,33 +550,6 @@ class PeriodScan:
         ]
         out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
         return tuple(out)
-
-    def hardware(self, xid_codes: dict[str, tuple[int, ...]]) -> tuple[NodeHardware, ...]:
-        """Nodes with GPU trouble, worst first; ``xid_codes`` per node from the store."""
-        out = [
-            NodeHardware(
-                hostname=host,
-                jobs=n.jobs,
-                throttle_power_h=n.power_s / 3600.0,
-                throttle_thermal_h=n.thermal_s / 3600.0,
-                ecc_corrected=n.ecc_c,
-                ecc_uncorrected=n.ecc_u,
-                xid_codes=xid_codes.get(host, ()),
-            )
-            for host, n in self.nodes.items()
-        ]
-        out.sort(
-            key=lambda n: (
-                -n.ecc_uncorrected,
-                -len(n.xid_codes),
-                -(n.throttle_power_h + n.throttle_thermal_h),
-                n.hostname,
-            )
-        )
-        return tuple(out)
-
-    def never_used_totals(self) -> NeverUsedTotals:
-        return NeverUsedTotals(self.never_gpus, self.never_jobs, self.never_hours)
 
 
 def _nz(value: Any) -> float:
