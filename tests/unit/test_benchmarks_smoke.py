@@ -26,42 +26,25 @@ _PROM = pytest.mark.skipif(
     reason="prometheus is not installed (make deps)",
 )
 
-#: Every benchmark script, with the arguments of its tiny run.
+#: What a benchmark needs beyond this machine, as a pytest mark.
+_NEEDS = {
+    "bench_collect.py": pytest.mark.cluster,
+    "bench_gpueff.py": pytest.mark.cluster,
+    "bench_pg_transport.py": pytest.mark.postgres,
+    "bench_lab_latency.py": pytest.mark.lab,
+    "bench_police.py": _PROM,
+    "bench_prom_source.py": _PROM,
+}
+
+sys.path.insert(0, str(BENCH))
+try:
+    from results import SMOKE_ARGS, render
+finally:
+    sys.path.remove(str(BENCH))
+
 CASES = [
-    pytest.param("bench_epilog.py", ["--smoke"], id="epilog"),
-    pytest.param("bench_exporter.py", ["--scrapes", "20"], id="exporter"),
-    pytest.param("bench_nvml_calls.py", ["--readings", "20"], id="nvml_calls"),
-    pytest.param("bench_report.py", ["--smoke"], id="report"),
-    pytest.param("bench_sampler.py", ["--smoke"], id="sampler"),
-    pytest.param("bench_store_journal.py", ["--smoke", "--dir", "{tmp}"], id="store_journal"),
-    pytest.param(
-        "bench_store_prune.py",
-        ["--jobs", "300", "--ingest-jobs", "20", "--dir", "{tmp}"],
-        id="store_prune",
-    ),
-    pytest.param("bench_police.py", ["--jobs", "50"], marks=_PROM, id="police"),
-    pytest.param(
-        "bench_prom_source.py",
-        ["--jobs", "20", "--scrapes", "4", "--measure", "5"],
-        marks=_PROM,
-        id="prom_source",
-    ),
-    pytest.param(
-        "bench_collect.py",
-        ["--jobs", "20", "--gpus", "1", "--repeat", "1"],
-        marks=pytest.mark.cluster,
-        id="collect",
-    ),
-    pytest.param(
-        "bench_gpueff.py", ["--runs", "1", "--job", "{job}"], marks=pytest.mark.cluster, id="gpueff"
-    ),
-    pytest.param(
-        "bench_pg_transport.py",
-        ["--jobs", "30", "--gpus", "1", "--repeat", "1"],
-        marks=pytest.mark.postgres,
-        id="pg_transport",
-    ),
-    pytest.param("bench_lab_latency.py", ["--jobs", "2"], marks=pytest.mark.lab, id="lab_latency"),
+    pytest.param(script, args, marks=[_NEEDS[script]] if script in _NEEDS else [], id=script)
+    for script, args in sorted(SMOKE_ARGS.items())
 ]
 
 
@@ -90,9 +73,39 @@ def _printed_a_result(stdout: str) -> bool:
 
 
 def test_every_benchmark_has_a_tiny_run() -> None:
-    scripts = {p.name for p in BENCH.glob("bench_*.py")}
-    covered = {case.values[0] for case in CASES}
-    assert scripts == covered
+    assert {p.name for p in BENCH.glob("bench_*.py")} == set(SMOKE_ARGS)
+
+
+def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
+    row = {
+        "bench": "bench_x.py",
+        "args": [],
+        "smoke": False,
+        "rc": 0,
+        "started_utc": "2026-11-29T01:00:00+00:00",
+        "wall_s": 1.0,
+        "machine": {
+            "nproc": 2,
+            "kernel": "6.1.0-test",
+            "os": "Debian GNU/Linux 12",
+            "mem_gib": 24,
+            "gpu": "no GPU",
+            "python": "3.12.0",
+        },
+        "load_before": [0.5, 0.4, 0.3],
+        "load_after": [1.5, 0.9, 0.4],
+        "stdout": "| a | b |\n|---|---|\n| 1 | 2 |\n",
+        "stderr_tail": "",
+    }
+    failed = {**row, "bench": "bench_y.py", "rc": 124, "stdout": "", "stderr_tail": "timed out"}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+    text = render(path)
+    assert "kernel 6.1.0-test, 2 cores (nproc)" in text
+    assert "2026-11-29T01:00:00+00:00 UTC" in text
+    assert "0.50–1.50" in text
+    assert "| 1 | 2 |" in text
+    assert "`bench_y.py` did not complete: exit 124 (timed out)." in text
 
 
 @pytest.mark.parametrize(("script", "args"), CASES)
