@@ -243,18 +243,19 @@ def build_report(
     previous = Period(since_s=period.since_s - length, until_s=period.since_s)
     thr = opts.unused_max_duty_pct
 
-    def new_scan() -> PeriodScan:
+    def new_scan(headline_only: bool) -> PeriodScan:
         return PeriodScan(
             idle_edge_min_s=opts.idle_edge_min_s,
             table_rows=opts.table_rows,
             worst_per_user=opts.worst_jobs_per_user,
+            headline_only=headline_only,
         )
 
     try:
         with engine.connect() as conn:
-            now = new_scan()
+            now = new_scan(False)
             scan(conn, period, thr, now)
-            prev = new_scan()
+            prev = new_scan(True)
             scan(conn, previous, thr, prev)
             flags = FlagScan(opts.table_rows)
             scan_flags(conn, period, thr, flags)

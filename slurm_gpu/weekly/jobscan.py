@@ -22,7 +22,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Float, and_, case, cast, func, not_, or_, select
+from sqlalchemy import (
+    Connection,
+    Float,
+    and_,
+    case,
+    cast,
+    func,
+    literal_column,
+    not_,
+    null,
+    or_,
+    select,
+)
 
 from slurm_gpu.store.schema import findings, job_gpus, jobs
 from slurm_gpu.weekly.model import (
@@ -123,34 +135,40 @@ def _top_finding(column: Any) -> Any:
     )
 
 
-def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
+def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = True) -> Any:
     """One row per (job of ``period``, GPU model); a job without GPU rows has one row with
     ``n_gpus = 0``. Ordered by job id, so that a job's rows are adjacent. (Never-used GPUs
-    and hardware trouble, a few GPUs in a hundred, come from ``exceptions_statement``.)"""
+    and hardware trouble, a few GPUs in a hundred, come from ``gpuflags.flags_statement``.)
+
+    ``full=False``: what the headline needs only, one row per job (names, finding code, model
+    and idle head and tail are NULL), for the previous period."""
     g = job_gpus.c
     on_gpu = g.uuid.is_not(None)
     hours = gpu_hours()
-    model = func.coalesce(g.model, "(unknown)")
+    # An inline constant, not a bound parameter: PostgreSQL must see the GROUP BY expression
+    # and the selected one as the same.
+    model = func.coalesce(g.model, literal_column("'(unknown)'"))
     ever_active = g.active_first_time_s.is_not(None)
     head = case((ever_active, func.coalesce(g.idle_head_s, 0.0)), else_=None)
     tail = case((ever_active, func.coalesce(g.idle_tail_s, 0.0)), else_=None)
-    job_cols = (
-        jobs.c.job_id,
-        jobs.c.job_id_display,
-        jobs.c.user,
-        jobs.c.account,
-        jobs.c.partition,
-        jobs.c.alloc_gpus,
-        jobs.c.elapsed_s,
-        jobs.c.gpu_hours,
-    )
+
+    def only_full(expr: Any, label: str) -> Any:
+        return (expr if full else null()).label(label)
+
     return (
         select(
-            *job_cols,
+            jobs.c.job_id,
+            only_full(jobs.c.job_id_display, "job_id_display"),
+            only_full(jobs.c.user, "user"),
+            only_full(jobs.c.account, "account"),
+            only_full(jobs.c.partition, "partition"),
+            jobs.c.alloc_gpus,
+            jobs.c.elapsed_s,
+            jobs.c.gpu_hours,
             alloc_gh().label("alloc_gh"),
             _top_finding(findings.c.cause).label("cause"),
-            _top_finding(findings.c.code).label("code"),
-            model.label("model"),
+            only_full(_top_finding(findings.c.code), "code"),
+            only_full(model, "model"),
             func.count(g.uuid).label("n_gpus"),
             func.sum(g.util_mean_pct).label("util_sum"),
             func.count(g.util_mean_pct).label("util_n"),
@@ -159,16 +177,16 @@ def scan_statement(period: Period, unused_max_duty_pct: float) -> Any:
             func.sum(gpu_wasted(hours, unused_max_duty_pct)).label("wasted"),
             func.sum(case((on_gpu, gpu_observed(hours)), else_=0.0)).label("observed"),
             func.sum(g.energy_j).label("energy_j"),
-            func.min(head).label("head_s"),
-            func.min(tail).label("tail_s"),
-            func.sum(head + tail).label("edge_s"),
+            only_full(func.min(head), "head_s"),
+            only_full(func.min(tail), "tail_s"),
+            only_full(func.sum(head + tail), "edge_s"),
         )
         .select_from(jobs.outerjoin(job_gpus, g.job_id == jobs.c.job_id))
         .where(in_period(period))
         # The job's other columns depend on its primary key (SQL:2003 functional dependency,
         # which PostgreSQL and SQLite both accept): a short sort key.
-        .group_by(jobs.c.job_id, model)
-        .order_by(jobs.c.job_id, model)
+        .group_by(jobs.c.job_id, *((model,) if full else ()))
+        .order_by(jobs.c.job_id, *((model,) if full else ()))
     )
 
 
@@ -279,7 +297,16 @@ class TopN:
 class PeriodScan:
     """The running totals of one period's jobs; feed it with ``scan``."""
 
-    def __init__(self, *, idle_edge_min_s: float, table_rows: int, worst_per_user: int) -> None:
+    def __init__(
+        self,
+        *,
+        idle_edge_min_s: float,
+        table_rows: int,
+        worst_per_user: int,
+        headline_only: bool = False,
+    ) -> None:
+        self.headline_only = headline_only
+        """Only the headline and the week's totals (rows of ``scan_statement(full=False)``)."""
         self.edge_min_s = idle_edge_min_s
         self.worst_per_user = worst_per_user
         self.jobs = 0
@@ -324,7 +351,8 @@ class PeriodScan:
                 head = _lo(head, p[_HEAD])
                 tail = _lo(tail, p[_TAIL])
                 edge = _add(edge, p[_EDGE])
-        self._per_model(parts)
+        if not self.headline_only:
+            self._per_model(parts)
         duty = float(util_sum) / util_n if util_n else None
         alloc = j[_ALLOC]
         cause = None if j[_CAUSE] is None else int(j[_CAUSE])
@@ -354,6 +382,25 @@ class PeriodScan:
             b = min(max(int(duty // HISTOGRAM_BIN_PCT), 0), len(self.bin_jobs) - 1)
             self.bin_jobs[b] += 1
             self.bin_hours[b] += 0.0 if alloc is None else alloc
+        if not self.headline_only:
+            self._groups_worst_edges(
+                j, duty, cause, alloc, observed, active, wasted, head, tail, edge
+            )
+
+    def _groups_worst_edges(
+        self,
+        j: Any,
+        duty: float | None,
+        cause: int | None,
+        alloc: float | None,
+        observed: float | None,
+        active: float | None,
+        wasted: float | None,
+        head: float | None,
+        tail: float | None,
+        edge: float | None,
+    ) -> None:
+        """Users, accounts, partitions, causes, worst jobs and idle edges: one job's share."""
         for name, pos in (("user", _USER), ("account", _ACCOUNT), ("partition", _PARTITION)):
             key = "(none)" if j[pos] is None else str(j[pos])
             grp = self.groups[name].get(key)
@@ -560,7 +607,7 @@ def _nz(value: Any) -> float:
 def scan(conn: Connection, period: Period, unused_max_duty_pct: float, into: PeriodScan) -> None:
     """Stream ``period``'s jobs from the store into ``into``, ``CHUNK_ROWS`` rows at a time."""
     result = conn.execution_options(stream_results=True).execute(
-        scan_statement(period, unused_max_duty_pct)
+        scan_statement(period, unused_max_duty_pct, full=not into.headline_only)
     )
     parts: list[Any] = []
     current: Any = None
