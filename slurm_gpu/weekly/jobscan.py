@@ -25,6 +25,7 @@ import numpy as np
 from sqlalchemy import (
     Connection,
     Float,
+    String,
     and_,
     case,
     cast,
@@ -137,13 +138,13 @@ def _top_finding(column: Any) -> Any:
 
 def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = True) -> Any:
     """One row per (job of ``period``, GPU model); a job without GPU rows has one row with
-    ``n_gpus = 0``. Ordered by job id, so that a job's rows are adjacent. (Never-used GPUs
-    and hardware trouble, a few GPUs in a hundred, come from ``gpuflags.flags_statement``.)
+    ``n_gpus = 0``. Ordered by end time and job id, so that a job's rows are adjacent.
+    (Never-used GPUs and hardware trouble, a few GPUs in a hundred, come from
+    ``gpuflags.flags_statement``.)
 
     ``full=False``: what the headline needs only, one row per job (names, finding code, model
     and idle head and tail are NULL), for the previous period."""
     g = job_gpus.c
-    on_gpu = g.uuid.is_not(None)
     hours = gpu_hours()
     # An inline constant, not a bound parameter: PostgreSQL must see the GROUP BY expression
     # and the selected one as the same.
@@ -151,6 +152,8 @@ def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = T
     ever_active = g.active_first_time_s.is_not(None)
     head = case((ever_active, func.coalesce(g.idle_head_s, 0.0)), else_=None)
     tail = case((ever_active, func.coalesce(g.idle_tail_s, 0.0)), else_=None)
+
+    key = (jobs.c.end_s, jobs.c.job_id, *((model,) if full else ()))
 
     def only_full(expr: Any, label: str) -> Any:
         return (expr if full else null()).label(label)
@@ -165,17 +168,15 @@ def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = T
             jobs.c.alloc_gpus,
             jobs.c.elapsed_s,
             jobs.c.gpu_hours,
-            alloc_gh().label("alloc_gh"),
-            _top_finding(findings.c.cause).label("cause"),
-            only_full(_top_finding(findings.c.code), "code"),
+            # The finding's cause and code in one subquery: "<cause> <code>".
+            _top_finding(
+                cast(findings.c.cause, String) + literal_column("' '") + findings.c.code
+            ).label("finding"),
             only_full(model, "model"),
             func.count(g.uuid).label("n_gpus"),
             func.sum(g.util_mean_pct).label("util_sum"),
             func.count(g.util_mean_pct).label("util_n"),
-            func.sum(case((on_gpu, hours), else_=None)).label("hours"),
-            func.sum(gpu_active(hours)).label("active"),
             func.sum(gpu_wasted(hours, unused_max_duty_pct)).label("wasted"),
-            func.sum(case((on_gpu, gpu_observed(hours)), else_=0.0)).label("observed"),
             func.sum(g.energy_j).label("energy_j"),
             only_full(func.min(head), "head_s"),
             only_full(func.min(tail), "tail_s"),
@@ -184,9 +185,11 @@ def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = T
         .select_from(jobs.outerjoin(job_gpus, g.job_id == jobs.c.job_id))
         .where(in_period(period))
         # The job's other columns depend on its primary key (SQL:2003 functional dependency,
-        # which PostgreSQL and SQLite both accept): a short sort key.
-        .group_by(jobs.c.job_id, *((model,) if full else ()))
-        .order_by(jobs.c.job_id, *((model,) if full else ()))
+        # which PostgreSQL and SQLite both accept): a short sort key. The end time leads so
+        # that SQLite reads the period through its end-time index: grouped by the job id alone,
+        # it would rather walk every job of the store in primary-key order.
+        .group_by(*key)
+        .order_by(*key)
     )
 
 
@@ -200,22 +203,17 @@ def scan_statement(period: Period, unused_max_duty_pct: float, *, full: bool = T
     _GPUS,
     _ELAPSED,
     _GH,
-    _ALLOC,
-    _CAUSE,
-    _CODE,
+    _FINDING,
     _MODEL,
     _N_GPUS,
     _UTIL_SUM,
     _UTIL_N,
-    _HOURS,
-    _ACTIVE,
     _WASTED,
-    _OBSERVED,
     _ENERGY,
     _HEAD,
     _TAIL,
     _EDGE,
-) = range(23)
+) = range(18)
 
 
 # --------------------------------------------------------------------------- running totals
@@ -337,28 +335,34 @@ class PeriodScan:
     def add_job(self, parts: list[Any]) -> None:
         """Fold one job (its rows of ``scan_statement``) into the totals."""
         j = parts[0]
+        hours = _hours(j)
         util_sum, util_n = j[_UTIL_SUM], j[_UTIL_N]
-        active, wasted, observed = j[_ACTIVE], j[_WASTED], j[_OBSERVED]
-        energy, head, tail, edge = j[_ENERGY], j[_HEAD], j[_TAIL], j[_EDGE]
+        wasted, energy = j[_WASTED], j[_ENERGY]
+        head, tail, edge = j[_HEAD], j[_TAIL], j[_EDGE]
         if len(parts) > 1:
             for p in parts[1:]:
                 util_sum = _add(util_sum, p[_UTIL_SUM])
                 util_n += p[_UTIL_N]
-                active = _add(active, p[_ACTIVE])
                 wasted = _add(wasted, p[_WASTED])
-                observed = _add(observed, p[_OBSERVED])
                 energy = _add(energy, p[_ENERGY])
                 head = _lo(head, p[_HEAD])
                 tail = _lo(tail, p[_TAIL])
                 edge = _add(edge, p[_EDGE])
         if not self.headline_only:
-            self._per_model(parts)
+            self._per_model(parts, hours)
+        # Every GPU of a job lasts its elapsed time: busy GPU-hours are the hours times the
+        # sum of the GPUs' duty cycles, observed ones the hours times the GPUs read.
+        active = _active(hours, util_sum)
+        observed = None if hours is None else util_n * hours
         duty = float(util_sum) / util_n if util_n else None
-        alloc = j[_ALLOC]
-        cause = None if j[_CAUSE] is None else int(j[_CAUSE])
+        alloc = _alloc(j)
+        cause: int | None = None
+        code: str | None = None
+        if j[_FINDING] is not None:
+            number, _, code = str(j[_FINDING]).partition(" ")
+            cause = int(number)
         self.jobs += 1
         if alloc is not None:
-            alloc = float(alloc)
             self.alloc += alloc
         if cause is not None:
             self.jobs_with_findings += 1
@@ -384,14 +388,14 @@ class PeriodScan:
             self.bin_hours[b] += 0.0 if alloc is None else alloc
         if not self.headline_only:
             self._groups_worst_edges(
-                j, duty, cause, alloc, observed, active, wasted, head, tail, edge
+                j, duty, (cause, code), alloc, observed, active, wasted, head, tail, edge
             )
 
     def _groups_worst_edges(
         self,
         j: Any,
         duty: float | None,
-        cause: int | None,
+        finding: tuple[int | None, str | None],
         alloc: float | None,
         observed: float | None,
         active: float | None,
@@ -401,6 +405,7 @@ class PeriodScan:
         edge: float | None,
     ) -> None:
         """Users, accounts, partitions, causes, worst jobs and idle edges: one job's share."""
+        cause = finding[0]
         for name, pos in (("user", _USER), ("account", _ACCOUNT), ("partition", _PARTITION)):
             key = "(none)" if j[pos] is None else str(j[pos])
             grp = self.groups[name].get(key)
@@ -422,7 +427,7 @@ class PeriodScan:
             self.cause_jobs[key_c] = self.cause_jobs.get(key_c, 0) + 1
             self.cause_wasted[key_c] = self.cause_wasted.get(key_c, 0.0) + wasted
             if j[_USER] is not None:
-                self._offer_worst(j, duty, wasted, cause)
+                self._offer_worst(j, duty, wasted, alloc, finding)
         if (head is not None and head >= self.edge_min_s) or (
             tail is not None and tail >= self.edge_min_s
         ):
@@ -444,7 +449,14 @@ class PeriodScan:
                 ),
             )
 
-    def _offer_worst(self, j: Any, duty: float | None, wasted: float, cause: int | None) -> None:
+    def _offer_worst(
+        self,
+        j: Any,
+        duty: float | None,
+        wasted: float,
+        alloc: float | None,
+        finding: tuple[int | None, str | None],
+    ) -> None:
         user = str(j[_USER])
         top = self.worst.get(user)
         if top is None:
@@ -460,15 +472,15 @@ class PeriodScan:
                 gpus=int(j[_GPUS]),
                 elapsed_s=_f(j[_ELAPSED]),
                 duty_cycle_pct=duty,
-                gpu_hours_allocated=_f(j[_ALLOC]),
+                gpu_hours_allocated=_f(alloc),
                 gpu_hours_wasted=wasted,
-                cause=cause,
-                finding_code=None if j[_CODE] is None else str(j[_CODE]),
+                cause=finding[0],
+                finding_code=finding[1],
             ),
         )
 
-    def _per_model(self, parts: list[Any]) -> None:
-        """GPU models: sums over the job's GPUs of each model."""
+    def _per_model(self, parts: list[Any], hours: float | None) -> None:
+        """GPU models: sums over the job's GPUs of each model (``hours``: one GPU's)."""
         for p in parts:
             if not p[_N_GPUS]:
                 continue
@@ -477,9 +489,10 @@ class PeriodScan:
             if m is None:
                 m = self.models[key] = _Model()
             m.jobs += 1  # rows are per (job, model): one per model of the job
-            m.alloc += _nz(p[_HOURS])
-            m.observed += _nz(p[_OBSERVED])
-            m.active += _nz(p[_ACTIVE])
+            if hours is not None:
+                m.alloc += p[_N_GPUS] * hours
+                m.observed += p[_UTIL_N] * hours
+            m.active += _active(hours, p[_UTIL_SUM]) or 0.0
             m.wasted += _nz(p[_WASTED])
 
     # ----------------------------------------------------------------- results
@@ -597,6 +610,27 @@ class PeriodScan:
         ]
         out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
         return tuple(out)
+
+
+def _hours(j: Any) -> float | None:
+    """One GPU's hours in job row ``j``: the job's elapsed time (None when unknown)."""
+    return None if j[_ELAPSED] is None else float(j[_ELAPSED]) / 3600.0
+
+
+def _active(hours: float | None, util_sum: Any) -> float | None:
+    """Busy GPU-hours of GPUs of ``hours`` each whose duty cycles (%) sum to ``util_sum``."""
+    if hours is None or util_sum is None:
+        return None
+    return hours * float(util_sum) / 100.0
+
+
+def _alloc(j: Any) -> float | None:
+    """Allocated GPU-hours of job row ``j`` (``alloc_gh`` in Python: stored, or GPUs × hours)."""
+    if j[_GH] is not None:
+        return float(j[_GH])
+    if j[_GPUS] is None or j[_ELAPSED] is None:
+        return None
+    return int(j[_GPUS]) * float(j[_ELAPSED]) / 3600.0
 
 
 def _nz(value: Any) -> float:
