@@ -38,7 +38,9 @@ Definitions (``docs/report.md`` explains them for readers of the report):
 
 from __future__ import annotations
 
+import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +50,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store.actionrows import stopped_per_action
 from slurm_gpu.store.schema import job_gpus, jobs, live_actions
+from slurm_gpu.weekly import prefetch
 from slurm_gpu.weekly.gpuflags import FlagScan, scan_flags
 from slurm_gpu.weekly.jobscan import (
     PeriodScan,
@@ -251,14 +254,28 @@ def build_report(
             headline_only=headline_only,
         )
 
+    def side_scans(conn: Connection | None) -> tuple[PeriodScan, FlagScan]:
+        """The previous week and the week's flagged GPUs (on a new connection if not given)."""
+        prev = new_scan(True)
+        flags = FlagScan(opts.table_rows)
+        with contextlib.ExitStack() as stack:
+            side = conn or stack.enter_context(engine.connect())
+            scan(side, previous, thr, prev)
+            scan_flags(side, period, thr, flags)
+        return prev, flags
+
     try:
-        with engine.connect() as conn:
+        # Three readers at once, each on its own connection: the week's rows are read ahead
+        # (slurm_gpu.weekly.prefetch) while this thread folds them, and the previous week and
+        # the flagged GPUs are read and folded on a second thread. The databases execute
+        # statements without holding the GIL, so a second core is put to work. A store in
+        # memory has no second connection to it: read in turn.
+        alone = prefetch.in_memory(engine)
+        with ThreadPoolExecutor(max_workers=1) as pool, engine.connect() as conn:
+            side = None if alone else pool.submit(side_scans, None)
             now = new_scan(False)
-            scan(conn, period, thr, now)
-            prev = new_scan(True)
-            scan(conn, previous, thr, prev)
-            flags = FlagScan(opts.table_rows)
-            scan_flags(conn, period, thr, flags)
+            scan(conn if alone else engine, period, thr, now)
+            prev, flags = side_scans(conn) if side is None else side.result()
             # A report of one week is the trend's last week, and the previous one its
             # second to last: their totals are not asked of the store again.
             is_week = period.until_s - WEEK_S == period.since_s

@@ -17,13 +17,14 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from sqlalchemy import (
     Connection,
+    Engine,
     Float,
     String,
     and_,
@@ -38,6 +39,7 @@ from sqlalchemy import (
 )
 
 from slurm_gpu.store.schema import findings, job_gpus, jobs
+from slurm_gpu.weekly import prefetch
 from slurm_gpu.weekly.model import (
     CAUSES,
     CauseShare,
@@ -638,15 +640,29 @@ def _nz(value: Any) -> float:
     return 0.0 if value is None else float(value)
 
 
-def scan(conn: Connection, period: Period, unused_max_duty_pct: float, into: PeriodScan) -> None:
-    """Stream ``period``'s jobs from the store into ``into``, ``CHUNK_ROWS`` rows at a time."""
-    result = conn.execution_options(stream_results=True).execute(
-        scan_statement(period, unused_max_duty_pct, full=not into.headline_only)
-    )
+def scan(
+    source: Connection | Engine, period: Period, unused_max_duty_pct: float, into: PeriodScan
+) -> None:
+    """Stream ``period``'s jobs from the store into ``into``, ``CHUNK_ROWS`` rows at a time.
+
+    Given an engine (not a store in memory), the rows are read ahead on a connection of their
+    own while this thread folds them (``slurm_gpu.weekly.prefetch``)."""
+    stmt = scan_statement(period, unused_max_duty_pct, full=not into.headline_only)
+    parts_of: Iterable[Sequence[Any]]
+    if isinstance(source, Engine) and not prefetch.in_memory(source):
+        parts_of = prefetch.chunks(source, stmt, CHUNK_ROWS)
+    elif isinstance(source, Engine):
+        with source.connect() as conn:
+            scan(conn, period, unused_max_duty_pct, into)
+        return
+    else:
+        parts_of = (
+            source.execution_options(stream_results=True).execute(stmt).partitions(CHUNK_ROWS)
+        )
     parts: list[Any] = []
     current: Any = None
     add = into.add_job
-    for chunk in result.partitions(CHUNK_ROWS):
+    for chunk in parts_of:
         for row in chunk:
             if row[_ID] != current:
                 if parts:
