@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from sqlalchemy import Engine
@@ -28,7 +28,9 @@ def in_memory(engine: Engine) -> bool:
     )
 
 
-def chunks(engine: Engine, stmt: Any, chunk_rows: int, depth: int = 4) -> Iterator[Sequence[Any]]:
+def chunks(
+    engine: Engine, stmt: Any, chunk_rows: int, depth: int = 4
+) -> Generator[Sequence[Any], None, None]:
     """The rows of ``stmt`` in chunks of ``chunk_rows``, read ahead on a thread with its own
     connection. An error in the thread is raised here; leaving the loop early stops it."""
     box: queue.Queue[Any] = queue.Queue(maxsize=depth)
