@@ -41,6 +41,7 @@ SMOKE_ARGS: dict[str, list[str]] = {
     "bench_prom_source.py": ["--jobs", "20", "--scrapes", "4", "--measure", "5"],
     "bench_report.py": ["--smoke"],
     "bench_sampler.py": ["--smoke"],
+    "bench_stacks.py": ["--bursts", "1", "--samples", "1"],
     "bench_store_journal.py": ["--smoke", "--dir", "{tmp}"],
     "bench_store_prune.py": ["--jobs", "300", "--ingest-jobs", "20", "--dir", "{tmp}"],
 }

@@ -26,8 +26,14 @@ _PROM = pytest.mark.skipif(
     reason="prometheus is not installed (make deps)",
 )
 
+_PY_SPY = pytest.mark.skipif(
+    not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists()),
+    reason="py-spy is not installed (the stacks extra)",
+)
+
 #: What a benchmark needs beyond this machine, as a pytest mark.
 _NEEDS = {
+    "bench_stacks.py": _PY_SPY,
     "bench_collect.py": pytest.mark.cluster,
     "bench_gpueff.py": pytest.mark.cluster,
     "bench_pg_transport.py": pytest.mark.postgres,
