@@ -12,12 +12,17 @@ restores the aggregates, then samples 8 virtual GPUs like any sampler). Then:
   plus a spool tail of one checkpoint interval (6 lines at 60 s / 10 s).
 
 Target: <= 0.3 s for both job lengths. Prints a Markdown section for docs/performance.md.
+``--smoke`` runs one round with a 600-reading "long" job (a check that it runs, not a
+measure). Every wait is bounded (``WAIT_S``): a sampler that does not start or does not stop
+fails the benchmark instead of hanging it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import selectors
 import statistics
 import subprocess
 import sys
@@ -36,14 +41,21 @@ from slurm_gpu.capture.spool import (
 )
 from slurm_gpu.config import load_settings
 from slurm_gpu.hooks.epilog import recover_record, stop_sampler
+from slurm_gpu.hooks.sampler import CMDLINE_MARKER
 from slurm_gpu.records import GpuProcess, GpuSample, HostSample
 from slurm_gpu.telemetry.virtual_device import create_gpus
 
 GPUS = 8
 INTERVAL_S = 10.0
 HOST = "bench"
+#: Longest wait for a sampler to start, to stop, or for an epilog process, in seconds.
+WAIT_S = 60.0
 
-SERVE = """
+# The first line names the sampler module: the epilog only signals a process whose command
+# line holds ``CMDLINE_MARKER`` (and ``--job-id ID``), as a real sampler's does.
+SERVE = (
+    f"# {CMDLINE_MARKER} stand-in\n"
+    + """
 import os
 import sys
 from slurm_gpu.capture.aggregate import NodeAggregator
@@ -61,6 +73,7 @@ print("ready", flush=True)
 status = 0 if s.run(wait) else 1
 os._exit(status)  # as the real sampler: no interpreter teardown once sealed
 """
+)
 
 
 def feed(agg: NodeAggregator, uuids: list[str], start: float, n: int) -> None:
@@ -138,21 +151,40 @@ def start_sampler(tmp: Path, paths: JobSpool, uuids: list[str]) -> subprocess.Po
     # "--job-id ID" in the command line, as the epilog's pid check wants from a real sampler.
     args = [str(tmp / "spool"), str(tmp / "vgpu"), "--job-id", paths.job_id, ",".join(uuids)]
     proc = subprocess.Popen([sys.executable, "-c", SERVE, *args], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = bool(sel.select(WAIT_S)) and proc.stdout.readline().strip() == "ready"
+    if not ready:
+        _kill(proc)
+        raise RuntimeError(f"the stand-in sampler did not start within {WAIT_S:g} s")
     write_pidfile(paths.pid, proc.pid)
     return proc
 
 
-def one_round(tmp: Path, cfg: Path, uuids: list[str], label: str, readings: int, k: int) -> dict:
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Make sure a stand-in sampler is gone (a failed round must not leave it running)."""
+    if proc.poll() is None:
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=WAIT_S)
+
+
+def one_round(
+    tmp: Path, cfg: Path, uuids: list[str], label: str, readings: int, k: int
+) -> dict[str, float]:
     settings = load_settings(str(cfg))
     # Normal path, timed inside the epilog's own function.
     job = str(100_000 * k + 1000 + readings)
     paths, _build_s = prepare(tmp, job, readings, uuids)
     proc = start_sampler(tmp, paths, uuids)
-    t0 = time.perf_counter()
-    outcome = stop_sampler(paths, 3.0)
-    stop_s = time.perf_counter() - t0
-    proc.wait()
+    try:
+        t0 = time.perf_counter()
+        outcome = stop_sampler(paths, 3.0)
+        stop_s = time.perf_counter() - t0
+        proc.wait(timeout=WAIT_S)
+    finally:
+        _kill(proc)
     record = read_record(paths.record)
     assert outcome == "stopped" and record.complete, outcome
     assert record.gpus[0].samples > readings
@@ -169,10 +201,15 @@ def one_round(tmp: Path, cfg: Path, uuids: list[str], label: str, readings: int,
         # Passed through so that a checkout given by PYTHONPATH measures its own epilog.
         **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
     }
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "slurm_gpu.hooks", "epilog"], env=env, check=True)
-    whole_s = time.perf_counter() - t0
-    proc2.wait(timeout=10)
+    try:
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "slurm_gpu.hooks", "epilog"], env=env, check=True, timeout=WAIT_S
+        )
+        whole_s = time.perf_counter() - t0
+        proc2.wait(timeout=WAIT_S)
+    finally:
+        _kill(proc2)
     assert read_record(paths2.record).complete
     assert read_record(paths2.record).gpus[0].samples > readings
     # Recovery path: sampler dead, seal from checkpoint + tail.
@@ -201,7 +238,12 @@ def _ms(values: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="rounds per job length")
+    ap.add_argument("--smoke", action="store_true", help="one round, a 600-reading long job")
     args = ap.parse_args()
+    lengths = (("5-minute", 30), ("7-day", 60_480))
+    if args.smoke:
+        args.repeat = 1
+        lengths = (("5-minute", 30), ("100-minute (smoke)", 600))
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -211,7 +253,7 @@ def main() -> None:
             f'[paths]\nspool_dir = "{tmp}/spool"\nlog_file = "{tmp}/bench.log"\n'
             f'[telemetry]\nbackend = "virtual"\nvirtual_dir = "{tmp}/vgpu"\n'
         )
-        for label, readings in (("5-minute", 30), ("7-day", 60_480)):
+        for label, readings in lengths:
             runs = [one_round(tmp, cfg, uuids, label, readings, k) for k in range(args.repeat)]
             rows.append((label, readings, runs))
     print("## Epilog: stop and seal (`benchmarks/bench_epilog.py`)\n")

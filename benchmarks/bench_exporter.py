@@ -38,6 +38,8 @@ JOBS = 8
 GPUS = 8
 READINGS = 40
 TARGET_MS = 1.5
+#: Longest wait for the exporter child to answer, in seconds.
+WAIT_S = 60.0
 
 
 class _Source:
@@ -144,20 +146,30 @@ def server_cost(spool: str, scrapes: int) -> tuple[float, float, int]:
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(spool, child), daemon=True)
     proc.start()
-    port = parent.recv()
+
+    def answer() -> Any:
+        # Bounded: a child that died or hangs fails the benchmark instead of hanging it.
+        if not parent.poll(WAIT_S):
+            proc.kill()
+            raise RuntimeError(f"the exporter child did not answer within {WAIT_S:g} s")
+        return parent.recv()
+
+    port = answer()
     for _ in range(20):
         _scrape(port)
     parent.send("cpu")
-    cpu0 = parent.recv()
+    cpu0 = answer()
     walls = []
     for _ in range(scrapes):
         t0 = time.perf_counter()
         body = _scrape(port)
         walls.append((time.perf_counter() - t0) * 1e3)
     parent.send("cpu")
-    cpu1 = parent.recv()
+    cpu1 = answer()
     parent.send("stop")
     proc.join(10)
+    if proc.is_alive():
+        proc.kill()
     return (cpu1 - cpu0) * 1e3 / scrapes, statistics.median(walls), len(body)
 
 

@@ -37,6 +37,8 @@ from slurm_gpu.telemetry.virtual_device import create_gpus
 GPUS = 8
 READINGS = 3000
 PAUSED_READINGS = 400
+#: Longest wait for a sampler process to write its first reading or to exit, in seconds.
+WAIT_S = 60.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -137,33 +139,54 @@ def startup_cpu(tmp: Path, uuids: list[str], vdir: Path, job: str) -> float:
     cfg = _config(tmp, vdir, 3600.0)
     jsonl = tmp / "spool-real" / job / "bench.jsonl"
     proc = subprocess.Popen(_cmd(cfg, job, uuids))
+    deadline = time.monotonic() + WAIT_S
     while _lines(jsonl) < 1:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait(timeout=WAIT_S)
+            raise RuntimeError(f"the sampler wrote no reading within {WAIT_S:g} s")
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
-    _pid, status, usage = os.wait4(proc.pid, 0)
+    # wait4 (for the child's CPU time), polled so that the wait is bounded.
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline + WAIT_S:
+            proc.kill()
+            proc.wait(timeout=WAIT_S)
+            raise RuntimeError(f"the sampler did not exit within {WAIT_S:g} s of SIGTERM")
+        time.sleep(0.005)
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, proc.returncode
     return usage.ru_utime + usage.ru_stime
 
 
-def real_process(tmp: Path, seconds: float = 20.0, interval: float = 0.05) -> dict[str, float]:
+def real_process(
+    tmp: Path, seconds: float = 20.0, interval: float = 0.05, startups: int = 5
+) -> dict[str, float]:
     vdir = tmp / "vgpu"
     uuids = [i.uuid for i in create_gpus(vdir, GPUS)]
     job = "424242"
     tree = fake_job(job)
     try:
-        starts = sorted(startup_cpu(tmp, uuids, vdir, str(500000 + k)) for k in range(5))
+        starts = sorted(startup_cpu(tmp, uuids, vdir, str(500000 + k)) for k in range(startups))
         cfg = _config(tmp, vdir, interval)
         jsonl = tmp / "spool-real" / job / "bench.jsonl"
         proc = subprocess.Popen(_cmd(cfg, job, uuids))
-        time.sleep(3.0)  # past start-up
+        time.sleep(min(3.0, seconds))  # past start-up
         cpu1, n1 = _cpu_s(proc.pid), _lines(jsonl)
         time.sleep(seconds)
         cpu2, n2 = _cpu_s(proc.pid), _lines(jsonl)
         status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
         hwm_kb = int(next(line for line in status if line.startswith("VmHWM")).split()[1])
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=WAIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=WAIT_S)
         record = read_record(JobSpool(f"{tmp}/spool-real", job, "bench").record)
         assert record.host is not None and record.host.method == "proc"
     finally:
@@ -182,7 +205,14 @@ def real_process(tmp: Path, seconds: float = 20.0, interval: float = 0.05) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="in-process runs of each kind")
+    ap.add_argument(
+        "--smoke", action="store_true", help="a few readings of each kind (runs, not a measure)"
+    )
     args = ap.parse_args()
+    global READINGS, PAUSED_READINGS  # the sizes of this run, read by in_process
+    seconds, startups = 20.0, 5
+    if args.smoke:
+        args.repeat, READINGS, PAUSED_READINGS, seconds, startups = 1, 50, 10, 1.0, 1
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -194,7 +224,7 @@ def main() -> None:
         paused_runs = [in_process(tmp / f"s{k}", True, pause_s=0.05) for k in range(args.repeat)]
         paused = sorted(r[0] for r in paused_runs)
         paused_scans = statistics.median(r[2] for r in paused_runs)
-        real = real_process(tmp)
+        real = real_process(tmp, seconds=seconds, startups=startups)
     load_end = os.getloadavg()[0]
     nproc = len(os.listdir("/proc"))
 
@@ -233,7 +263,7 @@ def main() -> None:
     )
     print(
         "| real sampler process, one-off start-up to exit (interpreter, imports, config, "
-        f"first reading, seal), 5 runs | {real['startup_s'] * 1e3:.0f} "
+        f"first reading, seal), {startups} runs | {real['startup_s'] * 1e3:.0f} "
         f"({real['startup_min_s'] * 1e3:.0f}–{real['startup_max_s'] * 1e3:.0f}) ms CPU | — |"
     )
     print(

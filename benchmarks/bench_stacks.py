@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import selectors
 import shutil
 import statistics
 import subprocess
@@ -63,6 +64,8 @@ while True:
 
 AS_ROOT = os.geteuid() == 0
 JOB_UID = 65534 if AS_ROOT else os.getuid()
+#: Longest wait for a target program to start or exit, or for py-spy to answer, in seconds.
+WAIT_S = 60.0
 
 
 def start(workdir: Path, name: str, text: str) -> subprocess.Popen[str]:
@@ -73,7 +76,15 @@ def start(workdir: Path, name: str, text: str) -> subprocess.Popen[str]:
     if AS_ROOT:
         argv = ["setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", "--clear-groups", *argv]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd="/tmp")
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None
+    # Bounded: a target that does not start fails the benchmark instead of hanging it.
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = bool(sel.select(WAIT_S)) and proc.stdout.readline().strip() == "ready"
+    if not ready:
+        proc.kill()
+        proc.wait(timeout=WAIT_S)
+        raise RuntimeError(f"target {name} did not start within {WAIT_S:g} s")
     return proc
 
 
@@ -123,7 +134,7 @@ def main() -> None:
                 walls.append(time.monotonic() - t0)
                 cpus.append(sampler.cpu_s - cpu0)
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=WAIT_S)
             st = sampler.summary()
             per_dump_ms = 1e3 * statistics.median(cpus) / args.samples
             spacing = 0.2 * (args.samples - 1)
@@ -151,12 +162,15 @@ def main() -> None:
 
     with open("/proc/loadavg") as fh:
         load = fh.read().strip()
+    version = subprocess.run(
+        [py_spy, "--version"], capture_output=True, text=True, timeout=WAIT_S
+    ).stdout.strip()
     print("## Stack sampling: cost per burst (`benchmarks/bench_stacks.py`)")
     print()
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `nproc` {os.cpu_count()}, "
         f"`uname -r` {platform.release()}, /proc/loadavg `{load}`; py-spy "
-        f"{subprocess.run([py_spy, '--version'], capture_output=True, text=True).stdout.strip()}"
+        f"{version}"
         f"; {'root: through setpriv as uid ' + str(JOB_UID) if AS_ROOT else 'as the caller'}; "
         f"{args.bursts} bursts of {args.samples} samples, 0.2 s apart, per program "
         "(medians)."

@@ -50,19 +50,23 @@ def _wal_setup(engine: Engine, busy_timeout_s: float) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/var/tmp", help="where the scratch stores go")
+    ap.add_argument("--smoke", action="store_true", help="batches of 20 jobs, one run each")
     args = ap.parse_args()
+    size, rounds = (20, 1) if args.smoke else (500, 2)
     batches = [
         [
             JobBundle(
-                make_job(str(b * 500 + i), gpus=1),
-                (make_node(str(b * 500 + i), timeline_points=360),),
+                make_job(str(b * size + i), gpus=1),
+                (make_node(str(b * size + i), timeline_points=360),),
                 TELEMETRY_COMPLETE,
             )
-            for i in range(500)
+            for i in range(size)
         ]
         for b in range(4)
     ]
-    runs = (("rollback journal, FULL", _OWN_SETUP), ("WAL, NORMAL", _wal_setup)) * 2
+    runs = (("rollback journal, FULL", _OWN_SETUP), ("WAL, NORMAL", _wal_setup)) * rounds
+    print("| settings | journal mode | median time per batch |")
+    print("|---|---|---|")
     for name, setup in runs:
         store_mod._sqlite_setup = setup  # type: ignore[assignment]
         scratch = tempfile.mkdtemp(dir=args.dir)
@@ -78,7 +82,7 @@ def main() -> int:
             store.close()
         finally:
             shutil.rmtree(scratch)
-        print(f"{name:24s} ({mode}): 500-job batch {statistics.median(times):.3f} s median")
+        print(f"| {name} | {mode} | {statistics.median(times):.3f} s ({size}-job batches) |")
     return 0
 
 

@@ -5,7 +5,9 @@ The store is filled by direct bulk inserts (one ``jobs``, ``job_hosts``, ``job_g
 ``findings``, ``timelines`` and ``job_reports`` row per one-GPU job, the timeline a real
 encoded one-hour timeline, the report a real-sized text), with end times spread evenly over
 the year before now, so that about half the jobs are past the default 180 days. Then, in this
-order, each measured in a fresh process (``ru_maxrss`` is that process's peak):
+order, each measured in a fresh process (``VmHWM``, the high-water mark of that process image
+since its ``exec``; not ``ru_maxrss``, which keeps the peak of the filling parent across fork
+and exec):
 
 1. ``export`` of every job summary to CSV, and of every finding;
 2. the collector ingesting ``--ingest-jobs`` sealed records alone (sacct replaced by the
@@ -25,7 +27,6 @@ import argparse
 import multiprocessing as mp
 import os
 import random
-import resource
 import shutil
 import sys
 import tempfile
@@ -187,9 +188,17 @@ def fill(url: str, n: int, now_s: float) -> float:
     return time.perf_counter() - started
 
 
+#: Longest wait for one measured child process, in seconds.
+CHILD_TIMEOUT_S = 3600.0
+
+
 def _peak_mib() -> float:
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory (MiB) since its exec (/proc/self/status VmHWM)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _do_export(url: str, out: str, what: str, q: Any) -> None:
@@ -260,8 +269,12 @@ def _in_child(target: Any, *args: Any) -> dict[str, Any]:
     q = ctx.Queue()
     p = ctx.Process(target=target, args=(*args, q))
     p.start()
-    out = q.get()
-    p.join()
+    try:
+        out = q.get(timeout=CHILD_TIMEOUT_S)
+    finally:
+        p.join(timeout=CHILD_TIMEOUT_S)
+        if p.is_alive():
+            p.kill()
     return out  # type: ignore[no-any-return]
 
 
@@ -296,9 +309,10 @@ def run(label: str, url: str, n: int, ingest_jobs: int, tmp: Path) -> None:
         target=_do_ingest, args=(url, str(tmp / "ingest-b"), ingest_jobs, 60_000_000, q_ingest)
     )
     pi.start()
-    during, pr = q_ingest.get(), q_prune.get()
-    pi.join()
-    pp.join()
+    during = q_ingest.get(timeout=CHILD_TIMEOUT_S)
+    pr = q_prune.get(timeout=CHILD_TIMEOUT_S)
+    pi.join(timeout=CHILD_TIMEOUT_S)
+    pp.join(timeout=CHILD_TIMEOUT_S)
     print(
         f"| prune (180 days, batches of 500) | {pr['seconds']:.1f} s | {pr['rss_mib']:.0f} MiB | "
         f"{pr['py_peak_mib']:.1f} MiB | {pr['pruned']:,} jobs' timelines in {pr['batches']:,} "

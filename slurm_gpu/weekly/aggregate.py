@@ -1,10 +1,12 @@
 """The weekly report's numbers, computed over the store.
 
-Work is split where each tool is strong: the database does the joins and every ``GROUP BY``
-(per job over its GPUs and findings, per GPU model, per node, per week of the trend), with the
-same SQLAlchemy Core expressions on SQLite and PostgreSQL; pandas then works column-wise on one
-row per job of the period (medians, the weighted histogram, top users and their worst jobs).
-Nothing loops in Python per job.
+The database does the joins and every ``GROUP BY``: one statement per period returns one row
+per job (and GPU model and node it ran on) with its sums over its GPUs and findings, streamed
+in chunks and folded into running totals (``slurm_gpu.weekly.jobscan``); a few more grouped
+statements give the never-used GPUs' list, the XID codes, the live policy's actions and the
+older weeks of the trend. Memory does not grow with the number of jobs (except 8 bytes per
+measured job for the exact median), and no statement is run twice over the same jobs: the
+report's week and the previous one are also the trend's last two weeks.
 
 Definitions (``docs/report.md`` explains them for readers of the report):
 
@@ -36,55 +38,40 @@ Definitions (``docs/report.md`` explains them for readers of the report):
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pandas as pd
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Float,
-    Select,
-    and_,
-    case,
-    cast,
-    func,
-    literal,
-    not_,
-    or_,
-    select,
-)
+from sqlalchemy import Connection, Engine, case, func, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.store.actionrows import stopped_per_action
-from slurm_gpu.store.schema import findings, job_gpus, jobs, live_actions
+from slurm_gpu.store.schema import job_gpus, jobs, live_actions
+from slurm_gpu.weekly import prefetch
+from slurm_gpu.weekly.gpuflags import FlagScan, scan_flags
+from slurm_gpu.weekly.jobscan import (
+    PeriodScan,
+    WeekTotals,
+    alloc_gh,
+    gpu_active,
+    gpu_hours,
+    gpu_observed,
+    gpu_wasted,
+    in_period,
+    scan,
+)
 from slurm_gpu.weekly.model import (
-    CAUSES,
-    CauseShare,
-    GroupUsage,
-    Headline,
-    HistogramBin,
-    IdleEdgeJob,
-    IdleEdgeSummary,
     LivePolicyRule,
     LivePolicySummary,
-    NeverUsedGpu,
-    NeverUsedSummary,
-    NodeHardware,
     Period,
     TrendWeek,
-    UserWorstJobs,
     WeeklyReport,
-    WorstJob,
 )
 
 WEEK_S = 7 * 86400.0
-HISTOGRAM_BIN_PCT = 10.0
-NO_FINDING_LABEL = "No finding (unexplained)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,545 +98,79 @@ def last_full_week(now_s: float) -> Period:
     return Period(since_s=monday - WEEK_S, until_s=monday)
 
 
-# --------------------------------------------------------------------------- SQL pieces
-
-
-def _gpu_job() -> Any:
-    return and_(jobs.c.alloc_gpus > 0, jobs.c.end_s.is_not(None))
-
-
-def _in(period: Period) -> Any:
-    return and_(jobs.c.end_s >= period.since_s, jobs.c.end_s < period.until_s, _gpu_job())
-
-
-def _alloc_gh() -> Any:
-    return func.coalesce(
-        jobs.c.gpu_hours, jobs.c.alloc_gpus * cast(jobs.c.elapsed_s, Float) / 3600.0
-    )
-
-
-def _gpu_hours() -> Any:
-    """One GPU's hours in its job: the job's elapsed time."""
-    return cast(jobs.c.elapsed_s, Float) / 3600.0
-
-
-def _gpu_active(hours: Any) -> Any:
-    """Busy GPU-hours of one GPU: mean duty cycle × hours (NULL when not observed)."""
-    return hours * job_gpus.c.util_mean_pct / 100.0
-
-
-def _gpu_wasted(hours: Any, unused_max_duty_pct: float) -> Any:
-    """Wasted GPU-hours of one GPU, as the analysis counts them: the whole span of an unused
-    GPU, else the share of readings that were idle (NULL when not observed)."""
-    g = job_gpus.c
-    return case(
-        (g.util_mean_pct.is_(None), None),
-        (g.util_mean_pct <= unused_max_duty_pct, hours),
-        else_=hours * func.coalesce(g.idle_fraction, 0.0),
-    )
-
-
-def _gpu_observed(hours: Any) -> Any:
-    return case((job_gpus.c.util_mean_pct.is_not(None), hours), else_=0.0)
-
-
-def _gpu_rollup(period: Period, unused_max_duty_pct: float) -> Any:
-    """Per job of the period: duty cycle, busy/wasted GPU-hours, energy, idle head/tail."""
-    g = job_gpus.c
-    hours = _gpu_hours()
-    ever_active = g.active_first_time_s.is_not(None)
-    head = case((ever_active, func.coalesce(g.idle_head_s, 0.0)), else_=None)
-    tail = case((ever_active, func.coalesce(g.idle_tail_s, 0.0)), else_=None)
-    return (
-        select(
-            g.job_id.label("job_id"),
-            func.avg(g.util_mean_pct).label("duty_pct"),
-            func.sum(_gpu_active(hours)).label("gpu_hours_active"),
-            func.sum(_gpu_wasted(hours, unused_max_duty_pct)).label("gpu_hours_wasted"),
-            func.sum(_gpu_observed(hours)).label("gpu_hours_observed"),
-            func.sum(g.energy_j).label("energy_j"),
-            func.min(head).label("idle_head_s"),
-            func.min(tail).label("idle_tail_s"),
-            func.sum(head + tail).label("edge_s"),
-        )
-        .select_from(job_gpus.join(jobs, jobs.c.job_id == g.job_id))
-        .where(_in(period))
-        .group_by(g.job_id)
-        .subquery("g")
-    )
-
-
-def _top_finding(period: Period) -> Any:
-    """Per job of the period: the cause and code of its most important finding with a cause."""
-    f = findings.c
-    first = (
-        select(f.job_id.label("job_id"), func.min(f.seq).label("seq"))
-        .select_from(findings.join(jobs, jobs.c.job_id == f.job_id))
-        .where(_in(period), f.cause.is_not(None))
-        .group_by(f.job_id)
-        .subquery("ff")
-    )
-    return (
-        select(f.job_id.label("job_id"), f.cause.label("cause"), f.code.label("code"))
-        .select_from(findings.join(first, and_(f.job_id == first.c.job_id, f.seq == first.c.seq)))
-        .subquery("f")
-    )
-
-
-def _frame(conn: Connection, stmt: Select[Any], chunk_rows: int = 100_000) -> pd.DataFrame:
-    """The result of ``stmt`` as a DataFrame, built in chunks: a million result rows held as
-    Python row objects at once would cost more memory than the frame itself."""
-    result = conn.execution_options(stream_results=True).execute(stmt)
-    columns = list(result.keys())
-    parts = [
-        pd.DataFrame.from_records(rows, columns=columns) for rows in result.partitions(chunk_rows)
-    ]
-    if not parts:
-        return pd.DataFrame(columns=columns)
-    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-
-
-def job_frame(conn: Connection, period: Period, unused_max_duty_pct: float) -> pd.DataFrame:
-    """One row per GPU job of the period with its allocation, duty cycle and main cause.
-
-    Columns: ``job_id, job_id_display, user, account, partition, gpus, elapsed_s,
-    gpu_hours_allocated, duty_pct, energy_j, idle_head_s, idle_tail_s, edge_s, cause, code,
-    gpu_hours_active, gpu_hours_wasted, gpu_hours_observed`` (NaN for unmeasured jobs).
-    """
-    g = _gpu_rollup(period, unused_max_duty_pct)
-    f = _top_finding(period)
-    stmt = (
-        select(
-            jobs.c.job_id,
-            jobs.c.job_id_display,
-            jobs.c.user,
-            jobs.c.account,
-            jobs.c.partition,
-            jobs.c.alloc_gpus.label("gpus"),
-            jobs.c.elapsed_s,
-            _alloc_gh().label("gpu_hours_allocated"),
-            g.c.duty_pct,
-            g.c.gpu_hours_active,
-            g.c.gpu_hours_wasted,
-            g.c.gpu_hours_observed,
-            g.c.energy_j,
-            g.c.idle_head_s,
-            g.c.idle_tail_s,
-            g.c.edge_s,
-            f.c.cause,
-            f.c.code,
-        )
-        .select_from(
-            jobs.outerjoin(g, g.c.job_id == jobs.c.job_id).outerjoin(f, f.c.job_id == jobs.c.job_id)
-        )
-        .where(_in(period))
-    )
-    df = _frame(conn, stmt)
-    for col in (
-        "elapsed_s",
-        "gpu_hours_allocated",
-        "duty_pct",
-        "gpu_hours_active",
-        "gpu_hours_wasted",
-        "gpu_hours_observed",
-        "energy_j",
-        "idle_head_s",
-        "idle_tail_s",
-        "edge_s",
-    ):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    df["gpus"] = pd.to_numeric(df["gpus"]).astype("int64")
-    df["cause"] = pd.to_numeric(df["cause"], errors="coerce").astype("Int64")
-    unmeasured = df["duty_pct"].isna()
-    for col in ("gpu_hours_active", "gpu_hours_wasted", "gpu_hours_observed"):
-        df.loc[unmeasured, col] = np.nan
-    return df
-
-
-# --------------------------------------------------------------------------- pandas parts
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None or pd.isna(value):
-        return None
-    return float(value)
-
-
-def headline(df: pd.DataFrame) -> Headline:
-    """Totals of a job frame."""
-    measured = df["duty_pct"].notna()
-    m = df[measured]
-    observed = float(m["gpu_hours_observed"].sum())
-    active = float(m["gpu_hours_active"].sum())
-    energy = m["energy_j"]
-    return Headline(
-        jobs=len(df),
-        jobs_measured=int(measured.sum()),
-        jobs_with_findings=int(df["cause"].notna().sum()),
-        gpu_hours_allocated=float(df["gpu_hours_allocated"].sum()),
-        gpu_hours_unmeasured=float(df.loc[~measured, "gpu_hours_allocated"].sum()),
-        gpu_hours_active=active,
-        gpu_hours_wasted=float(m["gpu_hours_wasted"].sum()),
-        duty_cycle_median_pct=_opt_float(m["duty_pct"].median()) if len(m) else None,
-        duty_cycle_weighted_pct=100.0 * active / observed if observed > 0 else None,
-        energy_kwh=float(energy.sum()) / 3.6e6 if energy.notna().any() else None,
-    )
-
-
-def histogram(df: pd.DataFrame) -> tuple[HistogramBin, ...]:
-    """Measured jobs in 10 %-wide duty-cycle bins, with their allocated GPU-hours."""
-    m = df[df["duty_pct"].notna()]
-    n_bins = int(100 / HISTOGRAM_BIN_PCT)
-    idx = np.clip((m["duty_pct"].to_numpy() // HISTOGRAM_BIN_PCT).astype(int), 0, n_bins - 1)
-    jobs_per = np.bincount(idx, minlength=n_bins)
-    hours_per = np.bincount(idx, weights=m["gpu_hours_allocated"].to_numpy(), minlength=n_bins)
-    return tuple(
-        HistogramBin(
-            lo_pct=i * HISTOGRAM_BIN_PCT,
-            hi_pct=(i + 1) * HISTOGRAM_BIN_PCT,
-            jobs=int(jobs_per[i]),
-            gpu_hours_allocated=float(hours_per[i]),
-        )
-        for i in range(n_bins)
-    )
-
-
-def _group_usage(
-    df: pd.DataFrame, key: str, limit: int | None, order: str
-) -> tuple[GroupUsage, ...]:
-    """Per-group totals over measured jobs, with each group's main cause."""
-    if df.empty:
-        return ()
-    d = df.assign(_key=df[key].fillna("(none)").astype(str))
-    sums = d.groupby("_key", sort=False).agg(
-        jobs=("job_id", "size"),
-        alloc=("gpu_hours_allocated", "sum"),
-        alloc_m=("gpu_hours_observed", "sum"),
-        active=("gpu_hours_active", "sum"),
-        wasted=("gpu_hours_wasted", "sum"),
-    )
-    with_cause = d[d["cause"].notna() & d["gpu_hours_wasted"].notna()]
-    by_cause = (
-        with_cause.groupby(["_key", "cause"], sort=True)["gpu_hours_wasted"].sum().reset_index()
-    )
-    # Largest waste first; among equals the lowest cause number, for a stable answer.
-    by_cause = by_cause.sort_values(
-        ["_key", "gpu_hours_wasted", "cause"], ascending=[True, False, True]
-    ).drop_duplicates("_key")
-    sums = sums.join(by_cause.set_index("_key")[["cause", "gpu_hours_wasted"]], how="left")
-    sums = sums.reset_index().sort_values([order, "_key"], ascending=[False, True])
-    if limit is not None:
-        sums = sums.head(limit)
-    return tuple(
-        GroupUsage(
-            key=str(r["_key"]),
-            jobs=int(r["jobs"]),
-            gpu_hours_allocated=float(r["alloc"]),
-            gpu_hours_active=float(r["active"]),
-            gpu_hours_wasted=float(r["wasted"]),
-            duty_cycle_weighted_pct=100.0 * r["active"] / r["alloc_m"]
-            if r["alloc_m"] > 0
-            else None,
-            main_cause=None if pd.isna(r["cause"]) else int(r["cause"]),
-            main_cause_gpu_hours=0.0
-            if pd.isna(r["gpu_hours_wasted"])
-            else float(r["gpu_hours_wasted"]),
-        )
-        for r in sums.to_dict("records")
-    )
-
-
-def worst_jobs(df: pd.DataFrame, users: Sequence[str], per_user: int) -> tuple[UserWorstJobs, ...]:
-    """The ``per_user`` most wasteful measured jobs of each of ``users``, in that order."""
-    m = df[df["user"].isin(list(users)) & df["gpu_hours_wasted"].notna()]
-    m = m.sort_values(["gpu_hours_wasted", "job_id"], ascending=[False, True])
-    top = m.groupby("user", sort=False).head(per_user)
-    by_user = {u: grp for u, grp in top.groupby("user", sort=False)}
-    out = []
-    for n, user in enumerate(users):
-        grp = by_user.get(user)
-        rows = [] if grp is None else grp.to_dict("records")
-        out.append(
-            UserWorstJobs(
-                user=user,
-                anchor=f"user-{n + 1}",
-                jobs=tuple(_worst_job(r) for r in rows),
-            )
-        )
-    return tuple(out)
-
-
-def _worst_job(r: Any) -> WorstJob:
-    return WorstJob(
-        job_id=str(r["job_id"]),
-        job_id_display=str(r["job_id_display"]),
-        user=str(r["user"]),
-        account=None if pd.isna(r["account"]) else str(r["account"]),
-        partition=None if pd.isna(r["partition"]) else str(r["partition"]),
-        gpus=int(r["gpus"]),
-        elapsed_s=float(r["elapsed_s"]),
-        duty_cycle_pct=_opt_float(r["duty_pct"]),
-        gpu_hours_allocated=float(r["gpu_hours_allocated"]),
-        gpu_hours_wasted=float(r["gpu_hours_wasted"]),
-        cause=None if pd.isna(r["cause"]) else int(r["cause"]),
-        finding_code=None if pd.isna(r["code"]) else str(r["code"]),
-    )
-
-
-def causes(df: pd.DataFrame) -> tuple[CauseShare, ...]:
-    """Wasted GPU-hours per cause 1–7, then the waste with no finding."""
-    m = df[df["gpu_hours_wasted"].notna()]
-    key = m["cause"].fillna(0).astype("int64")
-    grouped = m.groupby(key)["gpu_hours_wasted"]
-    totals: dict[Any, float] = {k: float(v) for k, v in grouped.sum().items()}
-    counts: dict[Any, int] = {k: int(v) for k, v in grouped.size().items()}
-    rows = []
-    for cause in [*CAUSES, 0]:
-        total = totals.get(cause, 0.0)
-        count = counts.get(cause, 0)
-        rows.append(
-            CauseShare(
-                cause=cause or None,
-                label=CAUSES.get(cause, NO_FINDING_LABEL),
-                jobs=count,
-                gpu_hours_wasted=total,
-            )
-        )
-    return tuple(rows)
-
-
-def idle_edges(df: pd.DataFrame, min_s: float, limit: int) -> IdleEdgeSummary:
-    """Jobs whose GPUs all idled at least ``min_s`` at the start or at the end."""
-    hit = df[(df["idle_head_s"] >= min_s) | (df["idle_tail_s"] >= min_s)]
-    hit = hit.assign(gpu_hours_idle=hit["edge_s"] / 3600.0)
-    hit = hit.sort_values(["gpu_hours_idle", "job_id"], ascending=[False, True])
-    worst = tuple(
-        IdleEdgeJob(
-            job_id=str(r["job_id"]),
-            job_id_display=str(r["job_id_display"]),
-            user=str(r["user"]),
-            gpus=int(r["gpus"]),
-            elapsed_s=float(r["elapsed_s"]),
-            idle_head_s=float(r["idle_head_s"]),
-            idle_tail_s=float(r["idle_tail_s"]),
-            gpu_hours_idle=float(r["gpu_hours_idle"]),
-        )
-        for r in hit.head(limit).to_dict("records")
-    )
-    return IdleEdgeSummary(
-        jobs=len(hit), gpu_hours_idle=float(hit["gpu_hours_idle"].sum()), worst=worst
-    )
-
-
 # --------------------------------------------------------------------------- SQL-only parts
 
 
-def by_gpu_model(
-    conn: Connection, period: Period, unused_max_duty_pct: float
-) -> tuple[GroupUsage, ...]:
-    """Per GPU model, over the GPUs that reported telemetry (one GROUP BY)."""
-    g = job_gpus.c
-    hours = _gpu_hours()
-    model = func.coalesce(g.model, "(unknown)")
-    stmt = (
-        select(
-            model.label("key"),
-            func.count(func.distinct(g.job_id)).label("jobs"),
-            func.sum(hours).label("alloc"),
-            func.sum(_gpu_observed(hours)).label("alloc_m"),
-            func.coalesce(func.sum(_gpu_active(hours)), 0.0).label("active"),
-            func.coalesce(func.sum(_gpu_wasted(hours, unused_max_duty_pct)), 0.0).label("wasted"),
-        )
-        .select_from(job_gpus.join(jobs, jobs.c.job_id == g.job_id))
-        .where(_in(period))
-        .group_by(model)
-    )
-    out = [
-        GroupUsage(
-            key=str(r.key),
-            jobs=int(r.jobs),
-            gpu_hours_allocated=float(r.alloc),
-            gpu_hours_active=float(r.active),
-            gpu_hours_wasted=float(r.wasted),
-            duty_cycle_weighted_pct=100.0 * float(r.active) / float(r.alloc_m)
-            if float(r.alloc_m) > 0
-            else None,
-        )
-        for r in conn.execute(stmt).all()
-    ]
-    out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
-    return tuple(out)
-
-
-def _never_used_cond(unused_max_duty_pct: float) -> Any:
-    g = job_gpus.c
-    return or_(
-        g.util_mean_pct <= unused_max_duty_pct,
-        and_(g.util_mean_pct.is_(None), not_(g.process_seen)),
-    )
-
-
-def never_used(
-    conn: Connection, period: Period, limit: int, unused_max_duty_pct: float
-) -> NeverUsedSummary:
-    """Allocated GPUs the job did not use: mean duty cycle at or below the analysis's
-    ``unused_max_duty_pct`` (or, unread, no process ever seen)."""
-    g = job_gpus.c
-    cond = and_(_in(period), _never_used_cond(unused_max_duty_pct))
-    hours = _gpu_hours()
-    base = job_gpus.join(jobs, jobs.c.job_id == g.job_id)
-    totals = conn.execute(
-        select(
-            func.count(),
-            func.count(func.distinct(g.job_id)),
-            func.coalesce(func.sum(hours), 0.0),
-        )
-        .select_from(base)
-        .where(cond)
-    ).one()
-    rows = conn.execute(
-        select(
-            g.job_id,
-            jobs.c.job_id_display,
-            jobs.c.user,
-            g.host,
-            g.uuid,
-            g.model,
-            g.process_seen,
-            g.util_mean_pct,
-            hours.label("hours"),
-        )
-        .select_from(base)
-        .where(cond)
-        .order_by(hours.desc(), g.job_id, g.host, g.uuid)
-        .limit(limit)
-    ).all()
-    return NeverUsedSummary(
-        gpus=int(totals[0]),
-        jobs=int(totals[1]),
-        gpu_hours=float(totals[2]),
-        worst=tuple(
-            NeverUsedGpu(
-                job_id=str(r.job_id),
-                job_id_display=str(r.job_id_display),
-                user=str(r.user),
-                hostname=str(r.host),
-                gpu_uuid=str(r.uuid),
-                gpu_model=r.model,
-                process_seen=bool(r.process_seen),
-                duty_cycle_pct=None if r.util_mean_pct is None else float(r.util_mean_pct),
-                gpu_hours=float(r.hours),
-            )
-            for r in rows
-        ),
-    )
-
-
-def hardware(conn: Connection, period: Period) -> tuple[NodeHardware, ...]:
-    """Per node: throttling time, ECC errors and XID codes of the period's jobs."""
-    g = job_gpus.c
-    trouble = or_(
-        g.throttle_power_s > 0,
-        g.throttle_thermal_s > 0,
-        func.coalesce(g.ecc_corrected, 0) > 0,
-        func.coalesce(g.ecc_uncorrected, 0) > 0,
-        g.xid_events != "",
-    )
-    base = job_gpus.join(jobs, jobs.c.job_id == g.job_id)
-    rows = conn.execute(
-        select(
-            g.host,
-            func.count(func.distinct(g.job_id)).label("jobs"),
-            func.sum(g.throttle_power_s).label("power_s"),
-            func.sum(g.throttle_thermal_s).label("thermal_s"),
-            func.coalesce(func.sum(g.ecc_corrected), 0).label("ecc_c"),
-            func.coalesce(func.sum(g.ecc_uncorrected), 0).label("ecc_u"),
-        )
-        .select_from(base)
-        .where(_in(period), trouble)
-        .group_by(g.host)
-    ).all()
-    # Distinct XID codes: few rows carry any, so split them here.
-    xid_rows = _frame(
-        conn,
-        select(g.host, g.xid_events).select_from(base).where(_in(period), g.xid_events != ""),
-    )
-    codes: dict[str, tuple[int, ...]] = {}
-    if not xid_rows.empty:
-        exploded = xid_rows.assign(code=xid_rows["xid_events"].str.split(",")).explode("code")
-        exploded["code"] = pd.to_numeric(exploded["code"].str.strip(), errors="coerce")
-        exploded = exploded.dropna(subset=["code"])
-        for host, grp in exploded.groupby("host"):
-            codes[str(host)] = tuple(sorted({int(c) for c in grp["code"]}))
-    out = [
-        NodeHardware(
-            hostname=str(r.host),
-            jobs=int(r.jobs),
-            throttle_power_h=float(r.power_s or 0) / 3600.0,
-            throttle_thermal_h=float(r.thermal_s or 0) / 3600.0,
-            ecc_corrected=int(r.ecc_c),
-            ecc_uncorrected=int(r.ecc_u),
-            xid_codes=codes.get(str(r.host), ()),
-        )
-        for r in rows
-    ]
-    out.sort(
-        key=lambda n: (
-            -n.ecc_uncorrected,
-            -len(n.xid_codes),
-            -(n.throttle_power_h + n.throttle_thermal_h),
-            n.hostname,
-        )
-    )
-    return tuple(out)
-
-
-def trend(
-    conn: Connection, until_s: float, weeks: int, unused_max_duty_pct: float
-) -> tuple[TrendWeek, ...]:
-    """Weekly totals for the ``weeks`` weeks ending at ``until_s`` (two GROUP BYs)."""
-    span = Period(since_s=until_s - weeks * WEEK_S, until_s=until_s)
-    starts = [span.since_s + i * WEEK_S for i in range(weeks)]
+def trend_weeks(
+    conn: Connection, span: Period, starts: list[float], unused_max_duty_pct: float
+) -> dict[int, WeekTotals]:
+    """Totals of the weeks starting at ``starts`` (indexes into them) for the jobs that ended
+    in ``span``, from two GROUP BYs (jobs, GPUs)."""
+    if not starts:
+        return {}
     # A CASE ladder, not FLOOR(): SQLite has no floor() unless built with math functions.
     week = case(
         *((jobs.c.end_s < start + WEEK_S, literal(i)) for i, start in enumerate(starts)),
-        else_=literal(weeks - 1),
+        else_=literal(len(starts) - 1),
     ).label("week")
     per_job = conn.execute(
-        select(week, func.count().label("jobs"), func.sum(_alloc_gh()).label("alloc"))
-        .where(_in(span))
+        select(week, func.count().label("jobs"), func.sum(alloc_gh()).label("alloc"))
+        .where(in_period(span))
         .group_by(week)
     ).all()
-    hours = _gpu_hours()
+    hours = gpu_hours()
     per_gpu = conn.execute(
         select(
             week,
-            func.coalesce(func.sum(_gpu_observed(hours)), 0.0).label("observed"),
-            func.coalesce(func.sum(_gpu_active(hours)), 0.0).label("active"),
-            func.coalesce(func.sum(_gpu_wasted(hours, unused_max_duty_pct)), 0.0).label("wasted"),
+            func.coalesce(func.sum(gpu_observed(hours)), 0.0).label("observed"),
+            func.coalesce(func.sum(gpu_active(hours)), 0.0).label("active"),
+            func.coalesce(func.sum(gpu_wasted(hours, unused_max_duty_pct)), 0.0).label("wasted"),
         )
         .select_from(job_gpus.join(jobs, jobs.c.job_id == job_gpus.c.job_id))
-        .where(_in(span))
+        .where(in_period(span))
         .group_by(week)
     ).all()
     jobs_of = {int(r.week): (int(r.jobs), float(r.alloc or 0.0)) for r in per_job}
     gpu_of = {int(r.week): (float(r.observed), float(r.active), float(r.wasted)) for r in per_gpu}
-    out = []
-    for i, start in enumerate(starts):
+    out = {}
+    for i in range(len(starts)):
         n, alloc = jobs_of.get(i, (0, 0.0))
         observed, active, wasted = gpu_of.get(i, (0.0, 0.0, 0.0))
-        out.append(
-            TrendWeek(
-                since_s=start,
-                until_s=start + WEEK_S,
-                jobs=n,
-                gpu_hours_allocated=alloc,
-                gpu_hours_active=active,
-                gpu_hours_wasted=wasted,
-                duty_cycle_weighted_pct=100.0 * active / observed if observed > 0 else None,
-            )
+        out[i] = WeekTotals(n, alloc, observed, active, wasted)
+    return out
+
+
+def trend(
+    conn: Connection,
+    until_s: float,
+    weeks: int,
+    unused_max_duty_pct: float,
+    newest: tuple[WeekTotals, ...] = (),
+) -> tuple[TrendWeek, ...]:
+    """Weekly totals for the ``weeks`` weeks ending at ``until_s``. ``newest`` holds totals
+    already computed for the last weeks, oldest first (the previous week and the report's
+    week, when the report is of one week): only the other weeks are asked of the store."""
+    starts = [until_s - (weeks - i) * WEEK_S for i in range(weeks)]
+    known = list(newest[len(newest) - weeks :]) if weeks < len(newest) else list(newest)
+    ask = starts[: weeks - len(known)]
+    asked = (
+        trend_weeks(conn, Period(ask[0], ask[-1] + WEEK_S), ask, unused_max_duty_pct) if ask else {}
+    )
+    totals = [asked[i] for i in range(len(ask))] + known
+    return tuple(
+        TrendWeek(
+            since_s=start,
+            until_s=start + WEEK_S,
+            jobs=t.jobs,
+            gpu_hours_allocated=t.gpu_hours_allocated,
+            gpu_hours_active=t.gpu_hours_active,
+            gpu_hours_wasted=t.gpu_hours_wasted,
+            duty_cycle_weighted_pct=100.0 * t.gpu_hours_active / t.gpu_hours_observed
+            if t.gpu_hours_observed > 0
+            else None,
         )
-    return tuple(out)
+        for start, t in zip(starts, totals, strict=True)
+    )
 
 
 def live_policy(conn: Connection, period: Period) -> LivePolicySummary:
@@ -660,7 +181,7 @@ def live_policy(conn: Connection, period: Period) -> LivePolicySummary:
         select(la.c.job_id, la.c.rule, la.c.action, la.c.gpus, la.c.at_s)
         .add_columns(jobs.c.start_s, jobs.c.time_limit_s)
         .select_from(la.join(jobs, jobs.c.job_id == la.c.job_id))
-        .where(_in(period))
+        .where(in_period(period))
     ).all()
     jobs_by: dict[tuple[str, str], set[str]] = {}
     per_job: dict[str, list[Any]] = {}
@@ -723,29 +244,61 @@ def build_report(
 
         raise UsageError("the report period is empty", hint="--since must come before --until")
     previous = Period(since_s=period.since_s - length, until_s=period.since_s)
+    thr = opts.unused_max_duty_pct
+
+    def new_scan(headline_only: bool) -> PeriodScan:
+        return PeriodScan(
+            idle_edge_min_s=opts.idle_edge_min_s,
+            table_rows=opts.table_rows,
+            worst_per_user=opts.worst_jobs_per_user,
+            headline_only=headline_only,
+        )
+
+    def side_scans(conn: Connection | None) -> tuple[PeriodScan, FlagScan]:
+        """The previous week and the week's flagged GPUs (on a new connection if not given)."""
+        prev = new_scan(True)
+        flags = FlagScan(opts.table_rows)
+        with contextlib.ExitStack() as stack:
+            side = conn or stack.enter_context(engine.connect())
+            scan(side, previous, thr, prev)
+            scan_flags(side, period, thr, flags)
+        return prev, flags
+
     try:
-        with engine.connect() as conn:
-            df = job_frame(conn, period, opts.unused_max_duty_pct)
-            prev = job_frame(conn, previous, opts.unused_max_duty_pct)
-            users = _group_usage(df, "user", opts.top_n, "wasted")
+        # Three readers at once, each on its own connection: the week's rows are read ahead
+        # (slurm_gpu.weekly.prefetch) while this thread folds them, and the previous week and
+        # the flagged GPUs are read and folded on a second thread. The databases execute
+        # statements without holding the GIL, so a second core is put to work. A store in
+        # memory has no second connection to it: read in turn.
+        alone = prefetch.in_memory(engine)
+        with ThreadPoolExecutor(max_workers=1) as pool, engine.connect() as conn:
+            side = None if alone else pool.submit(side_scans, None)
+            now = new_scan(False)
+            scan(conn if alone else engine, period, thr, now)
+            prev, flags = side_scans(conn) if side is None else side.result()
+            # A report of one week is the trend's last week, and the previous one its
+            # second to last: their totals are not asked of the store again.
+            is_week = period.until_s - WEEK_S == period.since_s
+            newest = (prev.week(), now.week()) if is_week else ()
+            users = now.group_usage("user", opts.top_n, "wasted")
             report = WeeklyReport(
                 site_name=opts.site_name,
                 generated_s=time.time() if now_s is None else now_s,
                 period=period,
                 previous_period=previous,
-                headline=headline(df),
-                previous_headline=headline(prev),
-                histogram=histogram(df),
-                by_gpu_model=by_gpu_model(conn, period, opts.unused_max_duty_pct),
-                by_partition=_group_usage(df, "partition", None, "alloc"),
+                headline=now.headline(),
+                previous_headline=prev.headline(),
+                histogram=now.histogram(),
+                by_gpu_model=now.by_gpu_model(),
+                by_partition=now.group_usage("partition", None, "alloc"),
                 top_users=users,
-                top_accounts=_group_usage(df, "account", opts.top_n, "wasted"),
-                worst_jobs=worst_jobs(df, [u.key for u in users], opts.worst_jobs_per_user),
-                causes=causes(df),
-                never_used=never_used(conn, period, opts.table_rows, opts.unused_max_duty_pct),
-                idle_edges=idle_edges(df, opts.idle_edge_min_s, opts.table_rows),
-                hardware=hardware(conn, period),
-                trend=trend(conn, period.until_s, opts.trend_weeks, opts.unused_max_duty_pct),
+                top_accounts=now.group_usage("account", opts.top_n, "wasted"),
+                worst_jobs=now.worst_jobs([u.key for u in users]),
+                causes=now.causes(),
+                never_used=flags.never_used(),
+                idle_edges=now.idle_edges(),
+                hardware=flags.hardware(),
+                trend=trend(conn, period.until_s, opts.trend_weeks, thr, newest),
                 idle_edge_min_s=opts.idle_edge_min_s,
                 live_policy=live_policy(conn, period),
             )

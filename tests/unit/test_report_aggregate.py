@@ -149,6 +149,8 @@ def hand_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[s
         _gpu("103", "n2", 1, 25.0, idle_head_s=700.0, idle_tail_s=900.0),
         _gpu("103", "n2", 2, 30.0, idle_head_s=650.0, idle_tail_s=5.0),
         _gpu("103", "n2", 3, 35.0, idle_head_s=900.0, idle_tail_s=0.0, model="Tesla V100"),
+        # bob's job on a second node: an unused GPU there, throttled (one job, two nodes).
+        _gpu("103", "n3", 0, 0.0, process_seen=True, throttle_power_s=15.0, model="Tesla V100"),
         _gpu("105", "n3", 0, 55.5, model=None, ecc_uncorrected=1),
         _gpu("106", "n3", 0, 0.5, process_seen=True, throttle_thermal_s=30.0),
         _gpu("107", "n1", 0, 60.0),
@@ -301,10 +303,13 @@ def test_hand_made_store_matches_the_oracle(store_url: str) -> None:
     # 106: 0.5 % with a process seen is still unused: 6 h, cause 4.
     assert {c.cause: c.gpu_hours_wasted for c in rep.causes}[4] == pytest.approx(6.0)
     assert {c.cause: c.jobs for c in rep.causes}[2] == 1  # 103's cause is its seq-1 finding
-    assert rep.never_used.gpus == 4  # 101/1, 106/0, 110/0 and the unreadable 104/0
+    # 101/1, 103's GPU on n3, 106/0, 110/0 and the unreadable 104/0; 103 counted once.
+    assert (rep.never_used.gpus, rep.never_used.jobs) == (5, 5)
     # 103: a head of at least 600 s on all four GPUs; 101's unused GPU is not "active".
     assert [j.job_id for j in rep.idle_edges.worst] == ["103", "102"]
     assert rep.hardware[0].hostname == "n3"  # the uncorrected ECC error first
+    # Jobs with trouble per node: 103 on both of its nodes, once on each.
+    assert {n.hostname: n.jobs for n in rep.hardware} == {"n1": 1, "n2": 2, "n3": 3}
     assert {n.hostname: n.xid_codes for n in rep.hardware}["n2"] == (48, 63, 79)
     assert rep.previous_headline.jobs == 2
     assert [w.jobs for w in rep.trend] == [1, 0, 0, 1, 2, 8]

@@ -1,0 +1,146 @@
+"""Benchmarks that cannot rot: each one in benchmarks/ runs at a tiny size, with a timeout, and
+prints its table (what it prints is checked for shape, never for a timing).
+
+Those that need the Slurm test cluster, PostgreSQL or the version lab carry that marker; the two
+that load series into a throwaway Prometheus need ``prometheus`` and ``promtool`` installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+#: Longest one tiny run may take, in seconds (the non-cluster ones take 1-10 s each).
+TIMEOUT_S = 120.0
+
+_PROM = pytest.mark.skipif(
+    not (shutil.which("prometheus") and shutil.which("promtool")),
+    reason="prometheus is not installed (make deps)",
+)
+
+_PY_SPY = pytest.mark.skipif(
+    not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists()),
+    reason="py-spy is not installed (the stacks extra)",
+)
+
+#: What a benchmark needs beyond this machine, as a pytest mark.
+_NEEDS = {
+    "bench_stacks.py": _PY_SPY,
+    "bench_collect.py": pytest.mark.cluster,
+    "bench_gpueff.py": pytest.mark.cluster,
+    "bench_pg_transport.py": pytest.mark.postgres,
+    "bench_lab_latency.py": pytest.mark.lab,
+    "bench_police.py": _PROM,
+    "bench_prom_source.py": _PROM,
+}
+
+sys.path.insert(0, str(BENCH))
+try:
+    from results import SMOKE_ARGS, render
+finally:
+    sys.path.remove(str(BENCH))
+
+CASES = [
+    pytest.param(script, args, marks=[_NEEDS[script]] if script in _NEEDS else [], id=script)
+    for script, args in sorted(SMOKE_ARGS.items())
+]
+
+
+def _newest_completed_job() -> str:
+    """The newest completed job the test cluster's accounting knows (for ``bench_gpueff``)."""
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-a", "-o", "JobID", "-s", "CD", "-S", "now-30days"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert out, "no completed job on the test cluster"
+    return out[-1]
+
+
+def _printed_a_result(stdout: str) -> bool:
+    """A Markdown table (a header rule line), or, for the lab benchmark, a JSON object."""
+    lines = stdout.splitlines()
+    if any(line.startswith("|---") or line.startswith("|--:") for line in lines):
+        return True
+    try:
+        return isinstance(json.loads(lines[-1]), dict) if lines else False
+    except ValueError:
+        return False
+
+
+def test_every_benchmark_has_a_tiny_run() -> None:
+    assert {p.name for p in BENCH.glob("bench_*.py")} == set(SMOKE_ARGS)
+
+
+def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
+    row = {
+        "bench": "bench_x.py",
+        "args": [],
+        "smoke": False,
+        "rc": 0,
+        "started_utc": "2026-11-29T01:00:00+00:00",
+        "wall_s": 1.0,
+        "machine": {
+            "nproc": 2,
+            "kernel": "6.1.0-test",
+            "os": "Debian GNU/Linux 12",
+            "mem_gib": 24,
+            "gpu": "no GPU",
+            "python": "3.12.0",
+        },
+        "load_before": [0.5, 0.4, 0.3],
+        "load_after": [1.5, 0.9, 0.4],
+        "stdout": "| a | b |\n|---|---|\n| 1 | 2 |\n",
+        "stderr_tail": "",
+    }
+    failed = {**row, "bench": "bench_y.py", "rc": 124, "stdout": "", "stderr_tail": "timed out"}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+    text = render(path)
+    assert "kernel 6.1.0-test, 2 cores (nproc)" in text
+    assert "2026-11-29T01:00:00+00:00 UTC" in text
+    assert "0.50–1.50" in text
+    assert "| 1 | 2 |" in text
+    assert "`bench_y.py` did not complete: exit 124 (timed out)." in text
+
+
+@pytest.mark.parametrize(("script", "args"), CASES)
+def test_benchmark_runs_at_a_tiny_size(script: str, args: list[str], tmp_path: Path) -> None:
+    job = _newest_completed_job() if "{job}" in args else ""
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{job}", job) for a in args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _printed_a_result(proc.stdout), proc.stdout[-2000:]
+
+
+def test_report_benchmark_measures_the_child_alone() -> None:
+    """A child's peak memory is its own, not that of the process that started it."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_report
+    finally:
+        sys.path.remove(str(BENCH))
+    big = bytearray(256 * 2**20)
+    big[::4096] = b"\x01" * len(big[::4096])  # touch every page: 256 MiB resident here
+    got = bench_report.child_peak_mib('import json; print(json.dumps({"mib": PEAK_MIB()}))')
+    del big
+    assert got["mib"] < 128
