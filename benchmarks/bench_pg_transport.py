@@ -168,7 +168,7 @@ def run(n_jobs: int, n_gpus: int, workdir: Path, transport: str) -> dict[str, An
     (root / "inbox").mkdir(mode=0o700)
     size = (root / NODES[0] / str(FIRST_ID) / f"{NODES[0]}.record").stat().st_size
     ctx = multiprocessing.get_context("fork")
-    with inbox_db(workdir) as db:
+    with inbox_db(workdir, hosts=NODES) as db:
         start, out = ctx.Event(), ctx.Queue()
         args = (db, str(root), hosts, n_gpus, start, out, transport)
         procs = [ctx.Process(target=collector_proc, args=args)]

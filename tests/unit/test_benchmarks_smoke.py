@@ -37,7 +37,13 @@ _NEEDS = {
     "bench_collect.py": pytest.mark.cluster,
     "bench_gpueff.py": pytest.mark.cluster,
     "bench_pg_transport.py": pytest.mark.postgres,
-    "bench_lab_latency.py": pytest.mark.lab,
+    "bench_lab_latency.py": [
+        pytest.mark.lab,
+        pytest.mark.skipif(
+            not Path("/var/lib/slurm-gpu-lab/24.11/root/etc/slurm-gpu/collect-pg.toml").exists(),
+            reason="the 24.11 lab's PostgreSQL transport is not set up (share/testlab/pg)",
+        ),
+    ],
     "bench_police.py": _PROM,
     "bench_prom_source.py": _PROM,
 }
@@ -48,8 +54,16 @@ try:
 finally:
     sys.path.remove(str(BENCH))
 
+
+def _marks(script: str) -> list[pytest.MarkDecorator]:
+    need = _NEEDS.get(script)
+    if need is None:
+        return []
+    return list(need) if isinstance(need, list) else [need]
+
+
 CASES = [
-    pytest.param(script, args, marks=[_NEEDS[script]] if script in _NEEDS else [], id=script)
+    pytest.param(script, args, marks=_marks(script), id=script)
     for script, args in sorted(SMOKE_ARGS.items())
 ]
 
@@ -57,7 +71,22 @@ CASES = [
 def _newest_completed_job() -> str:
     """The newest completed job the test cluster's accounting knows (for ``bench_gpueff``)."""
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-a", "-o", "JobID", "-s", "CD", "-S", "now-30days"],
+        # A state filter needs an explicit window end, or sacct lists nothing.
+        [
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-a",
+            "-o",
+            "JobID",
+            "-s",
+            "CD",
+            "-S",
+            "now-30days",
+            "-E",
+            "now",
+        ],
         capture_output=True,
         text=True,
         check=True,
