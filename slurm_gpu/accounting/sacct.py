@@ -72,6 +72,8 @@ FIELDS: tuple[str, ...] = (
     "End",
     "NodeList",
     "AdminComment",
+    "NTasks",
+    "Reason",
     "JobIDRaw",
 )
 
@@ -299,7 +301,8 @@ def _req_mem_bytes(
 
     ReqTRES ``mem=`` is already the job total, so it wins. Otherwise ``ReqMem`` is read: the
     ``Mc``/``Mn`` suffixes of Slurm before 21.08 mean per CPU / per node and are multiplied out;
-    since 21.08 a bare value is per node (``--mem``) and is multiplied by the node count.
+    since 21.08 sacct prints the job's total there without a suffix (a 4-node job with
+    ``--mem=78.125G`` reads ``ReqMem=312.50G``), which is taken as it is.
     """
     if req_tres_mem:
         return req_tres_mem
@@ -309,7 +312,9 @@ def _req_mem_bytes(
     size, per = parsed
     if per == "c":
         return size * cpus if cpus else None
-    return size * (nodes or 1)
+    if per == "n":
+        return size * (nodes or 1)
+    return size
 
 
 def _split_display_id(display: str) -> tuple[str | None, str | None, str | None, int | None]:
@@ -446,12 +451,13 @@ def _to_record(run: _Run, *, restarts: int, text: UserText | None) -> JobRecord:
         mail_user=None,
         mail_type=None,
         steps=tuple(_to_step(step) for step in run.steps),
+        reason=_opt_str(row.get("Reason", "")),
     )
 
 
 def _to_step(row: Mapping[str, str]) -> JobStep:
     """One step line of the accounting query (fields no user can type; never the step name)."""
-    state, _ = parse_state(row["State"])
+    state, cancelled_by = parse_state(row["State"])
     exit_code, exit_signal = parse_exit(row["ExitCode"])
     elapsed = _opt_int(row["ElapsedRaw"])
     if elapsed is None:
@@ -466,6 +472,9 @@ def _to_step(row: Mapping[str, str]) -> JobStep:
         exit_signal=exit_signal,
         elapsed_s=elapsed,
         total_cpu_s=parse_duration(row["TotalCPU"]),
+        tasks=_opt_int(row.get("NTasks", "")),
+        end_s=_epoch(row["End"]),
+        cancelled_by_uid=cancelled_by,
     )
 
 

@@ -91,6 +91,8 @@ class Code(StrEnum):
     NODE_FAILED = "NODE_FAILED"
     # the job's own outcome (not a utilization cause)
     STEPS_FAILED = "STEPS_FAILED"
+    TIME_LIMIT_REACHED = "TIME_LIMIT_REACHED"
+    STEPS_ENDED_WITH_JOB = "STEPS_ENDED_WITH_JOB"
     # evidence from inside the job: its Python stacks (docs/stacks.md)
     STACK_PROFILE = "STACK_PROFILE"
 
@@ -139,6 +141,8 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_HARDWARE_ERRORS: CodeInfo(None, Audience.SITE, "site_health"),
     Code.NODE_FAILED: CodeInfo(None, Audience.SITE, "site_health"),
     Code.STEPS_FAILED: CodeInfo(None, Audience.USER, None),
+    Code.TIME_LIMIT_REACHED: CodeInfo(None, Audience.USER, None),
+    Code.STEPS_ENDED_WITH_JOB: CodeInfo(None, Audience.USER, None),
     Code.STACK_PROFILE: CodeInfo(None, Audience.USER, None),
 }
 

@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
 from slurm_gpu.analysis.stackmetrics import StackMetrics, stack_metrics
+from slurm_gpu.analysis.outcomes import StepEnd, node_failure, step_end
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import (
     STALL_CPU_BINS,
@@ -221,6 +222,16 @@ class JobMetrics:
     stacks: StackMetrics | None = None
     """Stack samples of the job's Python processes (``docs/stacks.md``); ``None`` where stack
     sampling was off."""
+    interval_s: float | None = None
+    """The job's records' own reading interval (the coarsest over its nodes), seconds;
+    ``None`` without a record."""
+    node_failure: bool = False
+    """A node under the job failed (``outcomes.node_failure``: NODE_FAIL of the job or of a
+    step, or a node-down reason)."""
+    gpu_hours_after_progress: float | None = None
+    """Allocated GPUs × the time from the last reading with a kernel on any of the job's GPUs
+    to the job's end, hours: what the job held without progress at its end (after a node
+    failure, the time lost waiting for Slurm to notice); ``None`` without such a reading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +240,11 @@ class StepMetrics:
 
     total: int
     failed: int
-    """Steps that ended FAILED, OUT_OF_MEMORY or TIMEOUT, or with a non-zero exit code or a
-    signal; not those that ended NODE_FAIL (the node's failure, counted in ``node_failed``)."""
+    """Steps that failed on their own (``outcomes.StepEnd.OWN_FAILURE``: their program's exit
+    code, OUT_OF_MEMORY); not those Slurm ended at the job's end, by a time limit, a node
+    failure or a ``scancel``, counted below."""
     node_failed: int
-    """Steps that ended NODE_FAIL."""
+    """Steps ended by a node failure (NODE_FAIL, or killed when the job's node failed)."""
     first_failed_exit_code: int | None
     gpu_hours_failed: float
     """GPU-hours spent by the failed steps: each step's GPUs (its AllocTRES, else the job's
@@ -244,6 +256,12 @@ class StepMetrics:
     cpu_efficiency_pct: float | None
     """Σ TotalCPU / Σ (elapsed × CPUs) over the steps with all three known: how busy the
     cores each step was bound to were, percent (``None`` without such a step)."""
+    time_limit: int = 0
+    """Steps ended by the time limit."""
+    user_cancelled: int = 0
+    """Steps ended by a ``scancel``."""
+    job_end: int = 0
+    """Steps still running when the job ended, ended by Slurm."""
 
 
 # --------------------------------------------------------------------------- seff
@@ -684,8 +702,10 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
     tasks = [st for st in job.steps if st.is_task]
     if not tasks:
         return None
-    node_failed = [st for st in tasks if st.state == "NODE_FAIL"]
-    failed = [st for st in tasks if st.failed and st.state != "NODE_FAIL"]
+    down = node_failure(job)
+    ends = [step_end(st, job, down) for st in tasks]
+    node_failed = [st for st, e in zip(tasks, ends, strict=True) if e is StepEnd.NODE_FAILURE]
+    failed = [st for st, e in zip(tasks, ends, strict=True) if e is StepEnd.OWN_FAILURE]
     gpu_hours = 0.0
     estimated = False
     for st in failed:
@@ -712,6 +732,9 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
         gpu_hours_estimated=estimated,
         cpus_max=max(cpus) if cpus else None,
         cpu_efficiency_pct=100.0 * used_s / bound_s if bound_s > 0 else None,
+        time_limit=ends.count(StepEnd.TIME_LIMIT),
+        user_cancelled=ends.count(StepEnd.USER_CANCEL),
+        job_end=ends.count(StepEnd.JOB_END),
     )
 
 
@@ -844,4 +867,18 @@ def job_metrics(
         steps=step_metrics(job, gpus_allocated, nnodes),
         source=combined(n.source for n in nodes),
         stacks=stack_metrics(nodes, elapsed),
+        interval_s=max((n.interval_s for n in nodes if n.interval_s > 0), default=None),
+        node_failure=node_failure(job),
+        gpu_hours_after_progress=_after_progress(job, gpus, gpus_allocated),
     )
+
+
+def _after_progress(
+    job: JobRecord, gpus: Sequence[GpuMetrics], gpus_allocated: int
+) -> float | None:
+    """``JobMetrics.gpu_hours_after_progress``."""
+    last = [g.active_last_s for g in gpus if g.active_last_s is not None]
+    end = job.end_s if job.end_s is not None else (job.start_s or 0.0) + job.elapsed_s
+    if not last or not job.start_s:
+        return None
+    return max(0.0, end - max(last)) * (gpus_allocated or len(gpus)) / SECONDS_PER_HOUR

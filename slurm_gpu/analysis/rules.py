@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
+from slurm_gpu.analysis.outcomes import NODE_DOWN_REASONS
 from slurm_gpu.analysis.stacks import stack_evidence
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
@@ -508,14 +509,18 @@ def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
 
 
 def steps_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """Steps that failed, with the GPU-hours they spent; also inside a job that says
-    COMPLETED (its batch script exited 0 after its ``srun`` steps failed)."""
+    """Steps that failed on their own (``outcomes.StepEnd.OWN_FAILURE``), with the GPU-hours
+    they spent; also inside a job that says COMPLETED (its batch script exited 0 after its
+    ``srun`` steps failed). Steps Slurm ended (time limit, node failure, ``scancel``, the
+    job's end) are not the user's failures and are left to those findings. Critical when
+    every step failed."""
     st = m.steps
     if st is None or st.failed == 0:
         return []
     ev = {
         "steps": st.total,
         "steps_failed": st.failed,
+        "steps_ended_by_slurm": st.time_limit + st.node_failed + st.user_cancelled + st.job_end,
         "first_failed_exit_code": st.first_failed_exit_code,
         "gpu_hours_failed": _r(st.gpu_hours_failed, 3),
         "gpu_hours_estimated": int(st.gpu_hours_estimated),
@@ -779,21 +784,57 @@ def hardware_errors(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
 
 
 def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """A node of the job failed (the job or one of its steps ended NODE_FAIL): the site's
-    problem, not the user's; the GPU-hours the job had spent are reported as lost (work since
-    its last checkpoint is gone)."""
-    steps_down = m.steps.node_failed if m.steps is not None else 0
-    if job.state != "NODE_FAIL" and steps_down == 0:
+    """A node of the job failed: the job ended NODE_FAIL, or it says FAILED with a NODE_FAIL
+    step or a node-down reason (``outcomes.node_failure``). The site's problem, not the
+    user's: the GPU-hours the job had spent are reported as lost (work since its last
+    checkpoint is gone, which the records cannot date), with the GPU-hours it held after its
+    GPUs' last kernel (the failure's own cost)."""
+    if not m.node_failure:
         return []
+    steps_down = m.steps.node_failed if m.steps is not None else 0
     ev = {
         "gpu_hours_lost": _r(m.gpu_hours_allocated, 3),
+        "gpu_hours_after_progress": _r(m.gpu_hours_after_progress, 3),
         "gpus_allocated": m.gpus_allocated,
         "nodes": m.nnodes,
         "elapsed_s": m.elapsed_s,
         "steps_node_failed": steps_down,
         "job_node_failed": int(job.state == "NODE_FAIL"),
+        "job_state_failed": int(job.state == "FAILED"),
+        "node_down_reason": int(job.reason in NODE_DOWN_REASONS),
     }
     return [Finding(Code.NODE_FAILED, Severity.CRITICAL, ev)]
+
+
+def time_limit_reached(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The job reached its time limit and Slurm ended it (and its running steps): the time
+    limit is the message, not the steps it ended."""
+    if job.state != "TIMEOUT":
+        return []
+    ev = {
+        "time_limit_s": m.time_limit_s,
+        "elapsed_s": m.elapsed_s,
+        "steps_ended_by_time_limit": m.steps.time_limit if m.steps is not None else 0,
+        "gpu_hours_allocated": _r(m.gpu_hours_allocated, 3),
+        "gpu_hours_after_progress": _r(m.gpu_hours_after_progress, 3),
+    }
+    return [Finding(Code.TIME_LIMIT_REACHED, Severity.WARNING, ev)]
+
+
+def steps_ended_with_job(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Steps Slurm ended because the job ended (its batch script returned) or because they
+    were cancelled (``scancel``): said, as they are not failures; nothing when the time limit
+    or a node failure ended them (those findings say it)."""
+    st = m.steps
+    if st is None or st.user_cancelled + st.job_end == 0:
+        return []
+    ev = {
+        "steps": st.total,
+        "steps_cancelled": st.user_cancelled,
+        "steps_ended_with_job": st.job_end,
+        "job_cancelled": int(job.state == "CANCELLED"),
+    }
+    return [Finding(Code.STEPS_ENDED_WITH_JOB, Severity.INFO, ev)]
 
 
 #: The signals (``sourcecaps.SIGNALS``) each rule needs. A rule whose job's source lacks one
@@ -886,7 +927,9 @@ RULES: Sequence[Rule] = (
     throttled,
     hardware_errors,
     node_failed,
+    time_limit_reached,
     steps_failed,
+    steps_ended_with_job,
 )
 
 #: Causes a specific rule can explain low utilization with; without one, say so (cause 7).

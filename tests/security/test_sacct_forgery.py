@@ -65,6 +65,8 @@ BASE: dict[str, str] = {
     "JobName": "victim-training",
     "Comment": "",
     "AdminComment": "",
+    "NTasks": "",
+    "Reason": "None",
     "WorkDir": "/home/sgtest2/run",
 }
 

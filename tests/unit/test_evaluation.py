@@ -144,6 +144,19 @@ def _scenarios() -> list[Finding]:
             [node([gpu(f"GPU-{i}", duty=65.0) for i in range(4)], host_summary=host(cores=96))],
         ),
         (job(state="NODE_FAIL"), [node()]),
+        # Ended by the time limit with a step still running; a step still running when the
+        # batch script returned.
+        (
+            replace(
+                job(state="TIMEOUT", limit=3600),
+                steps=(JobStep("0", 8, 1, 1, "CANCELLED", 0, 15, 3600, 100.0),),
+            ),
+            [node()],
+        ),
+        (
+            replace(job(), steps=(JobStep("0", 8, 1, 1, "CANCELLED", 0, 15, 3600, 100.0),)),
+            [node()],
+        ),
         # Recurring mid-job idle phases; a ragged end (one GPU stops 30 min early).
         (
             job(elapsed=7200, limit=14400),

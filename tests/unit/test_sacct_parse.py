@@ -186,7 +186,8 @@ def test_pending_job_has_unknown_times_and_no_nodes() -> None:
     [
         ("4000Mc", "", "4", "1", 16000 * MIB),
         ("4000Mn", "", "4", "2", 8000 * MIB),
-        ("16G", "", "4", "2", 32 * GIB),
+        # Since 21.08 a bare ReqMem is the job's total: not multiplied by the nodes.
+        ("16G", "", "4", "2", 16 * GIB),
         ("16G", "cpu=4,mem=16G,node=1", "4", "1", 16 * GIB),
         ("0", "", "4", "1", None),
     ],
@@ -198,6 +199,26 @@ def test_req_mem_forms(
         render([row(ReqMem=req_mem, ReqTRES=req_tres, AllocCPUS=cpus, NNodes=nodes)])
     ).jobs["101"]
     assert rec.req_mem_bytes == expected
+
+
+def test_four_node_job_reqmem_312g_without_mem_in_reqtres_is_the_jobs_total() -> None:
+    # Another site's recorded 4-node job: ReqTRES without mem=, ReqMem=312.50G (sacct prints
+    # the job's total there); read as 4 x 312.5 GiB = 1,250 GiB it inflated every memory
+    # finding and recommendation.
+    rec = parse_sacct_output(
+        render(
+            [
+                row(
+                    ReqMem="312.50G",
+                    ReqTRES="billing=256,cpu=256,gres/gpu=16,node=4",
+                    AllocCPUS="256",
+                    NNodes="4",
+                    AllocTRES="billing=256,cpu=256,gres/gpu=16,node=4",
+                )
+            ]
+        )
+    ).jobs["101"]
+    assert rec.req_mem_bytes == int(312.5 * GIB)
 
 
 def test_array_and_het_ids() -> None:
