@@ -489,6 +489,17 @@ def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     return per_node is None or st.cpus_max is None or st.cpus_max < per_node
 
 
+def _step_cpu_unknown(m: JobMetrics) -> bool:
+    """The job's steps were bound to fewer cores than the node gave it, and accounting gave
+    none of their CPU times: whether they kept their cores busy is unknown (the job-wide CPU
+    time divides by cores the steps never had)."""
+    st = m.steps
+    if st is None or st.cpu_efficiency_pct is not None or st.cpus_max is None:
+        return False
+    per_node = m.host_cores_allocated_per_node
+    return per_node is not None and st.cpus_max < per_node
+
+
 def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Each step's cores were saturated while its GPU waited: judged against what the steps
     were bound to, not against the job's whole allocation."""
@@ -894,7 +905,10 @@ def cannot_tell(
     for sig in NEEDS_SIGNALS:
         if not getattr(m.source, sig):
             ev[f"lacks_{sig}"] = 1
-    interval = m.source.typical_interval_s
+    if _step_cpu_unknown(m):
+        ev["lacks_step_cpu_time"] = 1
+    # The records' own interval (a site may scrape every 60 s where 30 s is usual).
+    interval = m.interval_s if m.interval_s else m.source.typical_interval_s
     ev["source_interval_s"] = interval
     return [Finding(Code.SOURCE_CANNOT_TELL, Severity.INFO, ev, Scope.JOB, m.source.label)]
 
@@ -972,5 +986,21 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
         found.extend(unexplained(m, job, s, found))
     # Findings a rule held back because the source cannot tell what would excuse them.
     withheld = [f.code for f in _cpu_overrequested(m, s) if _cores_idle_unexplained(m, s)]
-    found.extend(cannot_tell(m, skipped, found, withheld))
+    if _step_cpu_unknown(m) and _diagnosable(m):
+        # Steps bound to fewer cores than the node, without their CPU time: whether they were
+        # CPU-bound on their cores is unknown, so neither "the CPUs were not the bottleneck"
+        # (steady LOW_PARALLELISM) nor "too many cores" may be said.
+        held = [
+            f
+            for f in found
+            if f.code is Code.CPU_OVERREQUESTED
+            or (f.code is Code.LOW_PARALLELISM and not f.evidence.get("busy_nearly_empty"))
+        ]
+        found = [f for f in found if f not in held]
+        found = [f for f in found if f.code is not Code.LOW_UTILIZATION_UNEXPLAINED]
+        withheld.extend(f.code for f in held)
+        duty = _used_duty(m, s)
+        if duty is not None and duty < s.dataloader_max_duty_pct:
+            withheld.append(Code.STEPS_CPU_BOUND)
+    found.extend(cannot_tell(m, skipped, found, list(dict.fromkeys(withheld))))
     return tuple(sorted(found, key=lambda f: -f.severity.rank))
