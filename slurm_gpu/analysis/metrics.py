@@ -228,6 +228,12 @@ class JobMetrics:
     node_failure: bool = False
     """A node under the job failed (``outcomes.node_failure``: NODE_FAIL of the job or of a
     step, or a node-down reason)."""
+    core_efficiency_pct: float | None = None
+    """``cpu_efficiency_pct`` over physical cores where ``threads_per_core`` is known (at most
+    100), else equal to it, percent: what host-bound judgements compare."""
+    physical_cores: bool = False
+    """Whether core counts in host-bound judgements are physical cores (the topology is
+    known: ``threads_per_core``) rather than Slurm's CPUs."""
     gpu_hours_after_progress: float | None = None
     """Allocated GPUs × the time from the last reading with a kernel on any of the job's GPUs
     to the job's end, hours: what the job held without progress at its end (after a node
@@ -593,8 +599,11 @@ def _stall_and_peak(
     percent; peak cores busy on one node)."""
     stalled_s = strict_s = total_s = 0.0
     peak: float | None = None
+    per_core = max(settings.threads_per_core, 1)
     for node in nodes:
-        cores = _cores_per_node(job, node, nnodes)
+        cpus = _cores_per_node(job, node, nnodes)
+        # Physical cores where the topology is known: a busy core keeps one thread busy.
+        cores = max(cpus / per_core, 1.0) if cpus else cpus
         indices = [i for i, g in enumerate(node.gpus) if g.info.uuid in used]
         for point in node.timeline:
             if point.host_cpu_cores is not None:
@@ -609,7 +618,7 @@ def _stall_and_peak(
                 continue
             total_s += point.width_s
             duty = statistics.fmean(utils)
-            busy_pct = 100.0 * point.host_cpu_cores / cores
+            busy_pct = min(100.0, 100.0 * point.host_cpu_cores / cores)
             if duty < settings.low_duty_pct and busy_pct >= settings.cpu_saturated_pct:
                 stalled_s += point.width_s
             # Below full with the cores pinned (a stricter saturation: healthy jobs at
@@ -622,8 +631,8 @@ def _stall_and_peak(
         if not node.timeline and node.host is not None and node.host.cpu_cores_busy.n:
             # No timeline: fall back to the cores-busy distribution (not time-correlated).
             top = node.host.cpu_cores_busy.percentile(100)
-            if top is not None and cores:
-                peak = max(peak or 0.0, top / 100.0 * cores)
+            if top is not None and cpus:
+                peak = max(peak or 0.0, top / 100.0 * cpus)
     if total_s <= 0:
         return None, None, peak
     return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
@@ -759,12 +768,18 @@ def stall_shares_from_readings(
     total = sum(sum(g.stall_grid) for g in gpus)
     if total <= 0:
         return None
+    # The grid counts cores busy against the allocated CPUs; with n threads per core, a
+    # share of the physical cores is n times the share of the CPUs.
+    per_core = max(settings.threads_per_core, 1)
     loose = sum(
-        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct) for g in gpus
+        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct / per_core)
+        for g in gpus
     )
     strict = sum(
         _grid_share(
-            g.stall_grid, settings.dataloader_max_duty_pct, settings.cpu_saturated_strict_pct
+            g.stall_grid,
+            settings.dataloader_max_duty_pct,
+            settings.cpu_saturated_strict_pct / per_core,
         )
         for g in gpus
     )
@@ -868,9 +883,18 @@ def job_metrics(
         source=combined(n.source for n in nodes),
         stacks=stack_metrics(nodes, elapsed),
         interval_s=max((n.interval_s for n in nodes if n.interval_s > 0), default=None),
+        core_efficiency_pct=_core_efficiency(seff_cpu_efficiency_pct(job), settings),
+        physical_cores=settings.threads_per_core > 0,
         node_failure=node_failure(job),
         gpu_hours_after_progress=_after_progress(job, gpus, gpus_allocated),
     )
+
+
+def _core_efficiency(eff: float | None, settings: AnalysisSettings) -> float | None:
+    """``JobMetrics.core_efficiency_pct`` from seff's CPU efficiency."""
+    if eff is None:
+        return None
+    return min(100.0, eff * max(settings.threads_per_core, 1))
 
 
 def _after_progress(

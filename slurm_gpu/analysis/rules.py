@@ -430,17 +430,26 @@ def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
 def _cores_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     """The GPUs below full use while the job's cores were saturated as a whole."""
     duty = _used_duty(m, s)
-    if duty is None or duty >= s.dataloader_max_duty_pct:
+    if duty is None:
         return False
     if duty >= s.low_duty_pct:
-        # Moderate duty: GPU stalls that coincide with pinned cores. Without a timeline
-        # nothing says they coincide, so no finding.
+        # Moderate or high duty, at any level: the readings in which the GPUs were below
+        # ``dataloader_max_duty_pct`` while the cores were pinned (a molecular-dynamics job at
+        # 55-75 % with every physical core busy). Without a timeline nothing says they
+        # coincide: then the cores pinned over the whole job, below full GPU use.
         strict = m.stall_share_strict_pct
-        return strict is not None and strict >= s.stall_share_pct
+        if strict is not None:
+            return strict >= s.stall_share_pct
+        eff = m.core_efficiency_pct
+        return (
+            duty < s.dataloader_max_duty_pct
+            and eff is not None
+            and eff >= s.cpu_saturated_strict_pct
+        )
     if m.stall_share_pct is not None:
         return m.stall_share_pct >= s.stall_share_pct
     # No timeline: saturated cores over the whole job are the only (weaker) sign.
-    eff = m.cpu_efficiency_pct
+    eff = m.core_efficiency_pct
     return eff is not None and eff >= s.cpu_saturated_pct
 
 
@@ -470,6 +479,8 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
         "cores_busy_mean": _r(m.cores_busy_mean_per_node, 2),
         "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node),
         "gpus_used": len(_used(m, s)),
+        "physical_cores": int(m.physical_cores),
+        "low_duty_pct": s.low_duty_pct,
     }
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
 
@@ -594,7 +605,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         )
     if not (steady_low or tiny_kernels):
         return []
-    if not m.source.host_series and (m.cpu_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
+    if not m.source.host_series and (m.core_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
         return []  # saturated cores and no host series: input-bound cannot be ruled out
     ev = {
         "duty_mean_pct": _r(duty),

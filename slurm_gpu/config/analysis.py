@@ -209,6 +209,14 @@ class AnalysisSettings:
         "allocation (--exclusive or an exclusive partition).",
         min=1,
     )
+    threads_per_core: int = setting(
+        0,
+        "Hardware threads per physical core on the GPU nodes (2 with SMT/Hyper-Threading, 1 "
+        "without), where Slurm counts threads as CPUs; 0: unknown. Host-bound judgements then "
+        "count physical cores (48 cores of a 96-thread allocation all busy is 100 %, not 50 %); "
+        "unknown, they count Slurm's CPUs and the findings say so.",
+        min=0,
+    )
     throttle_min_pct: float = setting(
         10.0, "Throttled for at least this share of the job is reported to the site.", min=0
     )
