@@ -262,6 +262,9 @@ class StepMetrics:
     cpu_efficiency_pct: float | None
     """Σ TotalCPU / Σ (elapsed × CPUs) over the steps with all three known: how busy the
     cores each step was bound to were, percent (``None`` without such a step)."""
+    tasks_per_node_max: float | None = None
+    """Most tasks (ranks) any step ran per node (``NTasks`` over its nodes); ``None`` where
+    accounting gave no task count."""
     time_limit: int = 0
     """Steps ended by the time limit."""
     user_cancelled: int = 0
@@ -732,6 +735,7 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
             used_s += st.total_cpu_s
             bound_s += st.elapsed_s * st.cpus
     cpus = [st.cpus for st in tasks if st.cpus]
+    per_node = [st.tasks / (st.nodes or 1) for st in tasks if st.tasks]
     return StepMetrics(
         total=len(tasks),
         failed=len(failed),
@@ -741,6 +745,7 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
         gpu_hours_estimated=estimated,
         cpus_max=max(cpus) if cpus else None,
         cpu_efficiency_pct=100.0 * used_s / bound_s if bound_s > 0 else None,
+        tasks_per_node_max=max(per_node, default=None),
         time_limit=ends.count(StepEnd.TIME_LIMIT),
         user_cancelled=ends.count(StepEnd.USER_CANCEL),
         job_end=ends.count(StepEnd.JOB_END),

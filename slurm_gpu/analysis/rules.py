@@ -8,6 +8,7 @@ more findings. Rules never hard-code a threshold: every number comes from ``Anal
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
@@ -58,18 +59,50 @@ def grade_below(value: float, threshold: float, s: AnalysisSettings) -> Severity
     return Severity.WARNING
 
 
-def _ranks_share_gpu(m: JobMetrics, hostname: str) -> tuple[GpuMetrics, list[GpuMetrics]] | None:
-    """(the GPU several processes ran kernels on, the node's GPUs that held a context only),
-    or ``None``: several ranks on one GPU while other GPUs of the node sat idle with a context.
-    Needs a readable process list (``processes_known``) on that node."""
+@dataclass(frozen=True, slots=True)
+class RankSharing:
+    """Ranks sharing GPUs on one node, and what showed it."""
+
+    busy: GpuMetrics
+    """The GPU the shared ranks ran on (the busiest with the most processes)."""
+    context_only: list[GpuMetrics]
+    """The node's GPUs that held a context only (none when every GPU was shared)."""
+    processes: int | None
+    """Compute processes on the busy GPU (``None``: no process list, told from accounting)."""
+    tasks_per_node: float | None
+    """The step's ranks per node (accounting's ``NTasks``), where that told it."""
+
+
+def _ranks_share_gpu(
+    m: JobMetrics, hostname: str, s: AnalysisSettings | None = None
+) -> RankSharing | None:
+    """Several ranks on one GPU of ``hostname``, or ``None``. With a readable process list:
+    a used GPU with ≥ 2 compute processes while another allocated GPU held only a context, or
+    ≥ ``ranks_per_gpu_min`` processes on every used GPU (time-sliced ranks). Without one
+    (dcgm-exporter, other monitoring): a step ran more ranks per node than the node had GPUs
+    with kernels, while its other GPUs held a small context (GPU memory used, no kernel)."""
     on_node = [g for g in m.gpus if g.hostname == hostname and g.enough_data]
-    if not on_node or not all(g.processes_known for g in on_node):
+    if not on_node:
         return None
-    shared = [g for g in on_node if g.used and g.max_processes >= 2]
-    context_only = [g for g in on_node if not g.used and g.process_seen]
-    if not shared or not context_only:
+    used = [g for g in on_node if g.used]
+    if not used:
         return None
-    return max(shared, key=lambda g: g.max_processes), context_only
+    if all(g.processes_known for g in on_node):
+        shared = [g for g in used if g.max_processes >= 2]
+        context_only = [g for g in on_node if not g.used and g.process_seen]
+        if shared and context_only:
+            top = max(shared, key=lambda g: g.max_processes)
+            return RankSharing(top, context_only, top.max_processes, None)
+        least = min(g.max_processes for g in used)
+        if s is not None and least >= s.ranks_per_gpu_min and not context_only:
+            top = max(used, key=lambda g: g.max_processes)
+            return RankSharing(top, [], top.max_processes, None)
+        return None
+    tasks = m.steps.tasks_per_node_max if m.steps is not None else None
+    context_only = [g for g in on_node if not g.used and (g.memory_peak_bytes or 0) > 0]
+    if tasks is None or not context_only or tasks <= len(used):
+        return None
+    return RankSharing(max(used, key=lambda g: g.duty_mean_pct or 0.0), context_only, None, tasks)
 
 
 # --------------------------------------------------------------------------- data quality
@@ -130,7 +163,7 @@ def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findi
             "gpus_allocated": m.gpus_allocated,
             "gpus_used": m.gpus_used,
             "whole_node": int(m.whole_node),
-            "ranks_share_gpu": int(_ranks_share_gpu(m, g.hostname) is not None),
+            "ranks_share_gpu": int(_ranks_share_gpu(m, g.hostname, s) is not None),
         }
         out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
     return out
@@ -138,22 +171,38 @@ def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findi
 
 def ranks_share_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Several processes (ranks) ran their kernels on one GPU while the node's other allocated
-    GPUs only held a context: the ranks were not bound to their own GPUs."""
+    GPUs only held a context (the ranks were not bound to their own GPUs), or every GPU ran
+    many ranks time-sliced; told from the process list, or, without one, from the step's
+    ranks per node in accounting."""
     if not _diagnosable(m):
         return []
     out = []
     for hostname in dict.fromkeys(g.hostname for g in m.gpus):
-        hit = _ranks_share_gpu(m, hostname)
+        hit = _ranks_share_gpu(m, hostname, s)
         if hit is None:
             continue
-        shared, idle = hit
+        on_node = [g for g in m.gpus if g.hostname == hostname]
+        power = [g.power_mean_of_limit_pct for g in on_node if g.used]
+        known_power = [p for p in power if p is not None]
         ev = {
-            "processes_on_busy_gpu": shared.max_processes,
-            "busy_gpu_duty_mean_pct": _r(shared.duty_mean_pct),
-            "gpus_context_only": len(idle),
-            "gpus_on_node": sum(1 for g in m.gpus if g.hostname == hostname),
+            "processes_on_busy_gpu": hit.processes,
+            "tasks_per_node": _r(hit.tasks_per_node),
+            "busy_gpu_duty_mean_pct": _r(hit.busy.duty_mean_pct),
+            "gpus_context_only": len(hit.context_only),
+            "gpus_on_node": len(on_node),
+            "power_mean_of_limit_pct": _r(sum(known_power) / len(known_power))
+            if known_power
+            else None,
         }
-        out.append(Finding(Code.RANKS_SHARE_GPU, Severity.WARNING, ev, Scope.NODE, hostname))
+        severity = Severity.WARNING
+        if not hit.context_only:
+            # Every GPU time-sliced between ranks: a fault only where the GPUs stayed far
+            # from full (low duty or low power); otherwise a note (MPS jobs run this way).
+            duty = _used_duty(m, s) or 0.0
+            low_power = bool(known_power) and max(known_power) < s.busy_low_power_pct
+            if duty >= s.low_duty_pct and not low_power:
+                severity = Severity.INFO
+        out.append(Finding(Code.RANKS_SHARE_GPU, severity, ev, Scope.NODE, hostname))
     return out
 
 
@@ -498,6 +547,11 @@ def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
         return False
     per_node = m.host_cores_allocated_per_node
     return per_node is None or st.cpus_max is None or st.cpus_max < per_node
+
+
+def _tasks_known(m: JobMetrics) -> bool:
+    """Accounting gave the task count of some step (ranks per node)."""
+    return m.steps is not None and m.steps.tasks_per_node_max is not None
 
 
 def _step_cpu_unknown(m: JobMetrics) -> bool:
@@ -864,7 +918,6 @@ def steps_ended_with_job(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> 
 #: instead. Rules not listed need only what every source has (the duty cycle, GPU memory)
 #: or accounting, or read signals that are ``None`` where missing and then stay silent.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "ranks_share_gpu": ("process_list",),
     "idle_head": ("timeline",),
     "idle_tail": ("timeline",),
     "idle_phases": ("timeline",),
@@ -997,6 +1050,9 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
         found.extend(unexplained(m, job, s, found))
     # Findings a rule held back because the source cannot tell what would excuse them.
     withheld = [f.code for f in _cpu_overrequested(m, s) if _cores_idle_unexplained(m, s)]
+    if not m.source.process_list and _diagnosable(m) and not _tasks_known(m):
+        # No process list and no step task count: ranks sharing a GPU cannot be told.
+        withheld.append(Code.RANKS_SHARE_GPU)
     if _step_cpu_unknown(m) and _diagnosable(m):
         # Steps bound to fewer cores than the node, without their CPU time: whether they were
         # CPU-bound on their cores is unknown, so neither "the CPUs were not the bottleneck"

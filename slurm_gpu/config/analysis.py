@@ -217,6 +217,12 @@ class AnalysisSettings:
         "unknown, they count Slurm's CPUs and the findings say so.",
         min=0,
     )
+    ranks_per_gpu_min: int = setting(
+        4,
+        "Compute processes on every used GPU of a node from which ranks sharing (time-slicing) "
+        "the GPUs are named, when no GPU of the node sat idle with a context.",
+        min=2,
+    )
     throttle_min_pct: float = setting(
         10.0, "Throttled for at least this share of the job is reported to the site.", min=0
     )
