@@ -145,27 +145,60 @@ def gpu_lost(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding
 # --------------------------------------------------------------------------- cause 6
 
 
+#: Longest subject a finding may name (the store's column is 255 characters).
+SUBJECT_MAX_CHARS = 255
+
+
+def name_gpus(uuids: Sequence[str]) -> str:
+    """The GPUs a grouped finding is about, as its subject: their UUIDs, comma-separated;
+    shortened to the UUIDs' first 12 characters (as ``nvidia-smi -L`` prints them, enough to
+    tell a node's GPUs apart) when the full list would not fit ``SUBJECT_MAX_CHARS``, and cut
+    with a count of the rest when even that does not."""
+    full = ", ".join(uuids)
+    if len(full) <= SUBJECT_MAX_CHARS:
+        return full
+    out: list[str] = []
+    for i, u in enumerate(uuids):
+        rest = f" and {len(uuids) - i} more"
+        if len(", ".join([*out, u[:12]])) + len(rest) > SUBJECT_MAX_CHARS:
+            return ", ".join(out) + rest
+        out.append(u[:12])
+    return ", ".join(out)
+
+
 def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """An allocated GPU that never ran a kernel (with or without a process on it)."""
+    """Allocated GPUs that never ran a kernel (with or without a process on them): one finding
+    for all of them that share what is known of them (a process seen, none, unknown), naming
+    the GPUs, since they share the cause and the remedy. GPUs that held a context while ranks
+    shared another GPU of their node are ``RANKS_SHARE_GPU``'s (the same cause, the binding as
+    the remedy), not repeated here."""
     if not _diagnosable(m):
         return []
-    out = []
     hours = m.elapsed_s / 3600.0
+    groups: dict[Number, list[GpuMetrics]] = {}
     for g in m.gpus:
         if g.used or g.starved or not g.enough_data:
             continue
+        sharing = _ranks_share_gpu(m, g.hostname, s)
+        if sharing is not None and g in sharing.context_only:
+            continue
         # 1 seen, 0 none seen, None: the node's process list could not be read.
         seen: Number = int(g.process_seen) if g.process_seen or g.processes_known else None
+        groups.setdefault(seen, []).append(g)
+    out = []
+    for seen, gpus in groups.items():
         ev = {
-            "duty_mean_pct": _r(g.duty_mean_pct),
+            "duty_mean_pct": _r(max(g.duty_mean_pct or 0.0 for g in gpus)),
             "process_seen": seen,
-            "gpu_hours_wasted": _r(hours, 3),
+            "gpus_unused": len(gpus),
+            "gpu_hours_wasted": _r(hours * len(gpus), 3),
             "gpus_allocated": m.gpus_allocated,
             "gpus_used": m.gpus_used,
             "whole_node": int(m.whole_node),
-            "ranks_share_gpu": int(_ranks_share_gpu(m, g.hostname, s) is not None),
+            "ranks_share_gpu": 0,
         }
-        out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
+        subject = name_gpus([g.uuid for g in gpus])
+        out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, subject))
     return out
 
 
@@ -187,6 +220,8 @@ def ranks_share_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         ev = {
             "processes_on_busy_gpu": hit.processes,
             "tasks_per_node": _r(hit.tasks_per_node),
+            # The context-only GPUs idled the whole job (GPU_UNUSED leaves them to this).
+            "gpu_hours_wasted": _r(m.elapsed_s / 3600.0 * len(hit.context_only), 3),
             "busy_gpu_duty_mean_pct": _r(hit.busy.duty_mean_pct),
             "gpus_context_only": len(hit.context_only),
             "gpus_on_node": len(on_node),
@@ -194,7 +229,8 @@ def ranks_share_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
             if known_power
             else None,
         }
-        severity = Severity.WARNING
+        # Allocated GPUs idle the whole job, as GPU_UNUSED would say: as severe.
+        severity = Severity.CRITICAL if hit.context_only else Severity.WARNING
         if not hit.context_only:
             # Every GPU time-sliced between ranks: a fault only where the GPUs stayed far
             # from full (low duty or low power); otherwise a note (MPS jobs run this way).
@@ -673,6 +709,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         "busy_nearly_empty": int(tiny_kernels),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "gpus_used": m.gpus_used,
+        "whole_node": int(m.whole_node),
     }
     return [Finding(Code.LOW_PARALLELISM, Severity.WARNING, ev)]
 

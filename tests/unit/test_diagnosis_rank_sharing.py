@@ -39,7 +39,7 @@ def test_four_tasks_four_gpus_one_busy_three_with_a_context_from_dcgm_names_the_
     # The real case: dcgm-exporter (no process list), step with NTasks=4 on one node.
     a = analyze(four_rank_job(4), [dcgm_node()], S)  # type: ignore[arg-type, list-item]
     f = finding(a, Code.RANKS_SHARE_GPU)
-    assert f is not None and f.severity is Severity.WARNING
+    assert f is not None and f.severity is Severity.CRITICAL
     assert f.evidence["tasks_per_node"] == 4 and f.evidence["gpus_context_only"] == 3
     assert f.evidence["processes_on_busy_gpu"] is None
     text = wording(ENV, f)[1]

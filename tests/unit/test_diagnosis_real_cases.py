@@ -148,9 +148,13 @@ def test_cfd_four_mpi_ranks_on_one_gpu_get_binding_advice_not_fewer_gpus() -> No
     assert shared is not None and shared.evidence["processes_on_busy_gpu"] == 4
     assert shared.evidence["gpus_context_only"] == 3
     assert not [r for r in a.recommendations if r.option is Option.GPUS]
-    text = text_of(a, Code.GPU_UNUSED)
+    # One finding for the one fault: the three context-only GPUs are the sharing's, not
+    # three more "never used" paragraphs with the same advice (issue 26, point 6).
+    assert finding(a, Code.GPU_UNUSED) is None
+    assert shared.severity is Severity.CRITICAL and shared.evidence["gpu_hours_wasted"] == 3.0
+    text = text_of(a, Code.RANKS_SHARE_GPU)
     assert "--gpus-per-task=1" in text and "request only those" not in text
-    assert "no process ever opened it" not in text and "held a context" in text
+    assert "3 other allocated GPUs held only a context" in text and "3.00 GPU-hours idle" in text
 
 
 def test_unreadable_process_list_is_not_worded_as_no_process() -> None:
