@@ -95,6 +95,8 @@ class Code(StrEnum):
     STEPS_ENDED_WITH_JOB = "STEPS_ENDED_WITH_JOB"
     # evidence from inside the job: its Python stacks (docs/stacks.md)
     STACK_PROFILE = "STACK_PROFILE"
+    # memory of the user's similar jobs
+    REPEATED_FINDINGS = "REPEATED_FINDINGS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,7 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.TIME_LIMIT_REACHED: CodeInfo(None, Audience.USER, None),
     Code.STEPS_ENDED_WITH_JOB: CodeInfo(None, Audience.USER, None),
     Code.STACK_PROFILE: CodeInfo(None, Audience.USER, None),
+    Code.REPEATED_FINDINGS: CodeInfo(None, Audience.USER, None),
 }
 
 #: The profiler to run for each suspected cause, as an exact command (cause 7: point people at

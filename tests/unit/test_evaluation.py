@@ -10,7 +10,7 @@ import pytest
 from analysis_factory import GIB, T0, gpu, host, job, node, timeline
 from click.testing import CliRunner
 
-from slurm_gpu.analysis import Code, Finding, analyze
+from slurm_gpu.analysis import Code, Finding, PastJob, analyze
 from slurm_gpu.analysis.wording import environment, template_name, wording
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
@@ -182,6 +182,15 @@ def _scenarios() -> list[Finding]:
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
+    # The same fault as the user's last similar job.
+    seen = PastJob("1", "alice", "train", "/home/alice", "COMPLETED", 3600, 2, 1, None, None, None)
+    again = analyze(
+        job(gpus=2),
+        [node([gpu("GPU-a"), gpu("GPU-b", duty=0.0)])],
+        S,
+        history=[replace(seen, account="lab", finding_codes=("GPU_UNUSED",))],
+    )
+    found.extend(again.findings)
     return found
 
 
