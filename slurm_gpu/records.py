@@ -527,6 +527,10 @@ class JobRecord:
     reason: str | None = None
     """Slurm's last state reason of the job (``Reason``: ``NodeDown``, ``TimeLimit``, …), a
     fixed word no user can type; ``None`` when accounting did not say (not stored)."""
+    submit_line: str | None = None
+    """The command line the job was submitted with (``SubmitLine``, user text, cleaned), from
+    which the request's style is read (``analysis.request``); ``None`` where accounting did
+    not keep it (not stored)."""
 
 
 # --- Running jobs: what a node's live summaries (and Prometheus, from them) hold ---------

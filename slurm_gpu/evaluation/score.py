@@ -126,7 +126,7 @@ def evaluate_trace(trace: Trace, settings: AnalysisSettings) -> TraceResult:
         profiler_named=analysis.profiler_command is not None,
         false_positives=pred - trace.labels - trace.tolerated,
         recommendations=len(analysis.recommendations),
-        rec_check=check(analysis),
+        rec_check=check(analysis, trace.job),
     )
 
 

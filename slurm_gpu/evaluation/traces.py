@@ -728,6 +728,16 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         )
     if p.steps:
         cpu_s = sum(st.total_cpu_s or 0.0 for st in p.steps)
+    # Drawn after the readings, so the request's style leaves every other draw as it was.
+    submit_line, typed = _submit_line(p, mem_per_node)
+    if typed:
+        tres = Tres(
+            cpus=tres.cpus,
+            mem_bytes=tres.mem_bytes,
+            nodes=tres.nodes,
+            gpus=tres.gpus,
+            gpu_types=((typed, gpus),),
+        )
     start = 1.7e9
     return JobRecord(
         job_id=job_id,
@@ -766,7 +776,57 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         mail_user=None,
         mail_type=None,
         steps=tuple(p.steps),
+        submit_line=submit_line,
     )
+
+
+#: The request styles a synthetic job is submitted in (``analysis.request``).
+GPU_STYLES = ("gres", "gres-typed", "gpus", "gpus-per-node", "gpus-per-task")
+CPU_STYLES = ("cpus-per-gpu", "cpus-per-task")
+MEM_STYLES = ("mem", "mem-per-gpu", "mem-per-cpu")
+
+
+def _gpu_type_name(model: str) -> str:
+    """``NVIDIA A100-SXM4-40GB`` -> ``a100``: the GRES type a site would give the model."""
+    for word in model.replace("-", " ").split():
+        if word[:1] in "AHVL" and word[1:2].isdigit():
+            return word.lower()
+    return "gpu"
+
+
+def _submit_line(p: _Plan, mem_per_node: int) -> tuple[str, str | None]:
+    """(the sbatch command line of the job, in a drawn request style; the GPU type it names,
+    if any)."""
+    rng = p.rng
+    gpu_style = rng.choice(GPU_STYLES)
+    cpu_style = rng.choice(CPU_STYLES)
+    mem_style = rng.choice(MEM_STYLES)
+    per_node, nodes = p.gpus_per_node, p.nodes
+    typed = _gpu_type_name(p.model[0]) if gpu_style == "gres-typed" else None
+    words = ["sbatch", f"--nodes={nodes}"]
+    if gpu_style in ("gres", "gres-typed"):
+        words.append(f"--gres=gpu:{typed + ':' if typed else ''}{per_node}")
+    elif gpu_style == "gpus":
+        words.append(f"--gpus={per_node * nodes}")
+    elif gpu_style == "gpus-per-node":
+        words.append(f"--gpus-per-node={per_node}")
+    else:
+        words += [f"--ntasks={per_node * nodes}", "--gpus-per-task=1"]
+    if cpu_style == "cpus-per-gpu":
+        words.append(f"--cpus-per-gpu={p.cpus_per_gpu}")
+    elif gpu_style == "gpus-per-task":
+        words.append(f"--cpus-per-task={p.cpus_per_gpu}")
+    else:
+        words.append(f"--cpus-per-task={p.cpus_per_gpu * per_node}")
+    mib = 1024**2
+    if mem_style == "mem-per-gpu":
+        words.append(f"--mem-per-gpu={mem_per_node // per_node // mib}M")
+    elif mem_style == "mem-per-cpu":
+        words.append(f"--mem-per-cpu={mem_per_node // (p.cpus_per_gpu * per_node) // mib}M")
+    else:
+        words.append(f"--mem={mem_per_node // mib}M")
+    words.append("job.sh")
+    return " ".join(words), typed
 
 
 def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:

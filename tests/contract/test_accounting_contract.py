@@ -14,7 +14,7 @@ from fake_pyslurm import Job, JobStatistics, make_module, tres
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.accounting.pyslurm_source import PyslurmSource
 from slurm_gpu.accounting.runner import CommandResult
-from slurm_gpu.accounting.sacct import FIELDS, SacctSource, split_records
+from slurm_gpu.accounting.sacct import FIELDS, TEXT_FIELDS, SacctSource, split_records
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.textsafe import REPLACEMENT
 
@@ -153,7 +153,7 @@ RECORDED_FIELDS = (
     "JobIDRaw",
 )
 #: Fields asked for since the file was recorded (``NTasks``, ``Reason``): empty, as unknown.
-LATER_FIELDS = dict.fromkeys([f for f in FIELDS if f not in RECORDED_FIELDS], "")
+LATER_FIELDS = dict.fromkeys([f for f in (*FIELDS, *TEXT_FIELDS) if f not in RECORDED_FIELDS], "")
 
 
 class Replay:

@@ -67,6 +67,7 @@ BASE: dict[str, str] = {
     "AdminComment": "",
     "NTasks": "",
     "Reason": "None",
+    "SubmitLine": "",
     "WorkDir": "/home/sgtest2/run",
 }
 

@@ -68,6 +68,7 @@ BASE_ROW: dict[str, str] = {
     "AdminComment": "",
     "NTasks": "",
     "Reason": "None",
+    "SubmitLine": "",
     "WorkDir": "/home/sgtest1",
 }
 
@@ -139,7 +140,8 @@ def recorded_rows(path: Path) -> list[dict[str, str]]:
     fields asked for since (``NTasks``, ``Reason``) empty, as sacct prints an unknown."""
     records, skipped = split_records(path.read_bytes().decode("utf-8"), RECORDED_FIELDS)
     assert records and not skipped, f"{path} is not in the recorded format"
-    later = dict.fromkeys([f for f in FIELDS if f not in RECORDED_FIELDS], "")
+    asked = [*FIELDS, *TEXT_FIELDS]
+    later = dict.fromkeys([f for f in asked if f not in RECORDED_FIELDS], "")
     return [{**later, **dict(zip(RECORDED_FIELDS, values, strict=True))} for values in records]
 
 

@@ -307,23 +307,28 @@ def test_text_that_does_not_match_is_retried_once_then_dropped() -> None:
     assert len(runner.calls) == 4 and source.last_text_dropped == 1
 
 
+D = DELIM
+
+
 @pytest.mark.parametrize(
     ("text", "ok"),
     [
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),  # a job missing
-        (f"2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),
-        (f"1{DELIM}a{DELIM}b{DELIM}c\n{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n3{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
-        (f"1{DELIM}a{DELIM}b{DELIM}x{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n", False),  # a job missing
+        (f"2{D}d{D}e{D}f{D}t{D}2\n1{D}a{D}b{D}c{D}s{D}1\n", False),
+        (f"1{D}a{D}b{D}c{D}s\n{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n3{D}d{D}e{D}f{D}t{D}2\n", False),
+        (f"1{D}a{D}b{D}x{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", False),
+        # The frame before SubmitLine was asked for (three strings): refused.
+        (f"1{D}a{D}b{D}c{D}1\n2{D}d{D}e{D}f{D}2\n", False),
     ],
 )
 def test_verify_text_accepts_only_the_exact_frame(text: str, ok: bool) -> None:
     got = verify_text(text, ["1", "2"], DELIM)
     assert (got is not None) == ok
     if got is not None:
-        assert got["2"] == UserText(job_name="d", comment="e", work_dir="f")
+        assert got["2"] == UserText(job_name="d", comment="e", work_dir="f", submit_line="t")
 
 
 def test_node_list_too_large_rejects_that_job_with_a_reason() -> None:
