@@ -233,6 +233,7 @@ class Option(StrEnum):
     CPUS_PER_GPU = "cpus_per_gpu"
     MEMORY = "memory"
     TIME = "time"
+    SMALLER_GPU = "smaller_gpu"
 
 
 #: The ``sbatch`` long option each kind of recommendation sets, where its lines do not say.
@@ -243,6 +244,7 @@ OPTION_FLAGS: Mapping[Option, str] = {
     Option.CPUS_PER_GPU: "--cpus-per-gpu",
     Option.MEMORY: "--mem",
     Option.TIME: "--time",
+    Option.SMALLER_GPU: "--gres",
 }
 
 _LINE_FLAG = re.compile(r"^#SBATCH\s+(--[a-z][a-z-]*)")

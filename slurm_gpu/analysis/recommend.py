@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from slurm_gpu.analysis.findings import Code, Finding, Option, Recommendation, Severity
 from slurm_gpu.analysis.history import PastJob
@@ -171,6 +172,65 @@ def recommend_mig(
             safe_because={
                 "gpu_memory_peak_bytes": peak,
                 "headroom_pct": s.headroom_gpu_mem_pct,
+            },
+            based_on_jobs=1 + len(past),
+            finding=Code.GPU_OVERSIZED,
+        )
+    ]
+
+
+def _smaller_types(s: AnalysisSettings) -> list[tuple[int, str, str | None]]:
+    """(memory bytes, type, partition or None) of ``smaller_gpu_types``, smallest first;
+    entries that do not read as ``[partition:]type:memory_GiB`` are left out."""
+    out = []
+    for entry in s.smaller_gpu_types:
+        parts = entry.split(":")
+        if len(parts) not in (2, 3) or not parts[-1].strip().isdigit():
+            continue
+        partition = parts[0] if len(parts) == 3 else None
+        out.append((int(parts[-1]) * 1024**3, parts[-2], partition))
+    return sorted(out)
+
+
+def recommend_smaller_gpu(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """The smallest GPU type of ``smaller_gpu_types`` that holds the GPU memory peak (this
+    job and similar ones) plus ``headroom_gpu_mem_pct`` and is smaller than the GPU the job
+    had, in the job's own form of GPU request, for a job found ``GPU_OVERSIZED``."""
+    if Code.GPU_OVERSIZED not in _codes(findings) or m.gpus_used < 1:
+        return []
+    peaks = [g.memory_peak_bytes for g in m.gpus if g.used and g.memory_peak_bytes is not None]
+    peaks += [p.gpu_memory_peak_bytes for p in past if p.gpu_memory_peak_bytes is not None]
+    capacity = min((g.memory_capacity_bytes or 0) for g in m.gpus if g.used)
+    if not peaks or not capacity:
+        return []
+    need = max(peaks) * (1 + s.headroom_gpu_mem_pct / 100.0)
+    fits = [t for t in _smaller_types(s) if need <= t[0] < capacity]
+    if not fits:
+        return []
+    memory, kind, partition = fits[0]
+    req = replace(request_of(job), gpu_type=kind)
+    if req.gpu_form == GPUS_PER_TASK:
+        req = replace(req, gpu_form=None)  # a typed count per task: the plain form instead
+    lines, proposed = gpu_lines(req, m.gpus_used, m.nnodes)
+    if partition:
+        lines = (f"#SBATCH --partition={partition}", *lines)
+    return [
+        Recommendation(
+            option=Option.SMALLER_GPU,
+            sbatch_lines=lines,
+            current=current_gpus(request_of(job), m.gpus_allocated, m.nnodes),
+            proposed=proposed,
+            gpu_hours_saved=None,
+            safe_because={
+                "gpu_memory_peak_bytes": max(peaks),
+                "headroom_pct": s.headroom_gpu_mem_pct,
+                "gpu_memory_bytes": memory,
             },
             based_on_jobs=1 + len(past),
             finding=Code.GPU_OVERSIZED,
@@ -379,6 +439,7 @@ def recommend(
     out = [
         *gpus,
         *recommend_mig(job, m, findings, past, s),
+        *recommend_smaller_gpu(job, m, findings, past, s),
         *cpus,
         *recommend_memory(job, m, findings, past, s, after),
         *recommend_time(job, m, findings, past, s),

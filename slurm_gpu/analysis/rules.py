@@ -1107,4 +1107,26 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
         if duty is not None and duty < s.dataloader_max_duty_pct:
             withheld.append(Code.STEPS_CPU_BOUND)
     found.extend(cannot_tell(m, skipped, found, list(dict.fromkeys(withheld))))
+    found = _oversized_remedy(found, s)
     return tuple(sorted(found, key=lambda f: -f.severity.rank))
+
+
+def _oversized_remedy(found: list[Finding], s: AnalysisSettings) -> list[Finding]:
+    """``GPU_OVERSIZED`` says which cause its remedy belongs to: with ``LOW_PARALLELISM`` the
+    small work is cause 1's, whose remedy (more work per GPU) comes first; and a smaller GPU
+    or a MIG slice is named only where the site has them (``mig_partitions``,
+    ``smaller_gpu_types``): elsewhere the finding is a note."""
+    small = any(f.code is Code.LOW_PARALLELISM for f in found)
+    has_smaller = bool(s.mig_partitions or s.smaller_gpu_types)
+    out = []
+    for f in found:
+        if f.code is Code.GPU_OVERSIZED:
+            ev = {
+                **f.evidence,
+                "with_low_parallelism": int(small),
+                "site_has_smaller": int(has_smaller),
+            }
+            severity = f.severity if has_smaller else Severity.INFO
+            f = Finding(f.code, severity, ev, f.scope, f.subject)
+        out.append(f)
+    return out

@@ -247,6 +247,14 @@ class AnalysisSettings:
     mig_partitions: tuple[str, ...] = setting(
         [], "Partitions whose GPUs are MIG slices; empty: never recommend a MIG profile."
     )
+    smaller_gpu_types: tuple[str, ...] = setting(
+        [],
+        "GPU types smaller than the whole GPUs jobs usually get, each 'type:memory_GiB' or "
+        "'partition:type:memory_GiB' (the type as gres.conf names it). GPU_OVERSIZED then "
+        "suggests the smallest that holds the job's GPU memory peak plus headroom, with its "
+        "exact request; empty (and no mig_partitions): never a smaller GPU, and the remedy is "
+        "more work per GPU.",
+    )
     mig_profiles: tuple[str, ...] = setting(
         ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
         "MIG profiles offered in mig_partitions (memory read from the name).",
