@@ -332,6 +332,7 @@ def test_memory_recommendation_is_shown_as_mem_not_memory() -> None:
 
 
 def test_recommended_cores_and_memory_never_fall_below_observed_peak() -> None:
+    checked = {Option.CPUS_PER_GPU: 0, Option.MEMORY: 0}
     for a in _all_analyses():
         m = a.metrics
         gpus_after = m.gpus_allocated
@@ -340,12 +341,16 @@ def test_recommended_cores_and_memory_never_fall_below_observed_peak() -> None:
                 gpus_after = int(r.safe_because["gpus_used_max"] or 0)
         for r in a.recommendations:
             if r.option is Option.CPUS_PER_GPU and m.host_cores_peak is not None:
+                checked[r.option] += 1
                 per_node = max(1, gpus_after // m.nnodes) if m.gpus_allocated else 1
                 need = m.host_cores_peak * (1 + S.headroom_cpu_pct / 100.0)
                 assert int(r.proposed) * per_node >= math.floor(need), (a.job_id, r)
             if r.option is Option.MEMORY and m.host_rss_peak_bytes is not None:
+                checked[r.option] += 1
                 line = r.sbatch_lines[0]
                 assert line.startswith("#SBATCH --mem=")
                 value = line.split("=", 1)[1]
                 size = int(value[:-1]) * (GIB if value.endswith("G") else 1024**2)
                 assert size >= m.host_rss_peak_bytes, (a.job_id, r)
+    # Both branches were taken: the set holds CPU and memory proposals to judge.
+    assert all(checked.values()), checked
