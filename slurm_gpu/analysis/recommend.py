@@ -465,7 +465,11 @@ def cores_for_fewer_gpus(
         return []
     per_node_before = m.gpus_allocated / max(m.nnodes, 1)
     per_node_after = max(1, gpus_after // max(m.nnodes, 1))
+    # What the job asked for per GPU (the allocation may hold more: whole cores, a minimum).
     cores_per_gpu = (m.host_cores_allocated_per_node or m.ncpus) / per_node_before
+    if req.cpus_value:
+        per_task_gpus = req.gpus_per_task if req.gpu_form == GPUS_PER_TASK else 1
+        cores_per_gpu = req.cpus_value / (per_task_gpus or 1)
     need = math.ceil(max(known) * (1 + s.headroom_cpu_pct / 100.0) - 1e-9)
     if cores_per_gpu * per_node_after >= need:
         return []

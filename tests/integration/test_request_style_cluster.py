@@ -84,12 +84,22 @@ def _mem(value: str) -> int:
     return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value) * 1024**2
 
 
+def _cpus(options: dict[str, str]) -> int:
+    """The CPUs Slurm allocates for ``options`` (2 GPUs): per GPU, or per task × tasks."""
+    if "--cpus-per-gpu" in options:
+        return int(options["--cpus-per-gpu"]) * 2
+    return int(options.get("--cpus-per-task", "1")) * int(options.get("--ntasks", "1"))
+
+
 def _analysis(options: str):  # type: ignore[no-untyped-def]
-    j = job(gpus=2, cpus=8, mem=4 * GIB, max_rss=RSS, total_cpu=PEAK_CORES * 3600.0)
+    cpus = _cpus(_options(options))
+    j = job(gpus=2, cpus=cpus, mem=4 * GIB, max_rss=RSS, total_cpu=PEAK_CORES * 3600.0)
     j = replace(j, submit_line=f"sbatch {options} job.sh")
     tl = timeline([90.0] * 10, [PEAK_CORES] * 10, n_gpus=2)
     gpus = [gpu("GPU-0", duty=90.0), gpu("GPU-1", duty=0.0, process=False)]
-    rec = node(gpus, tl=tl, host_summary=host(cores=8, busy_frac=PEAK_CORES / 8, rss_max_bytes=RSS))
+    rec = node(
+        gpus, tl=tl, host_summary=host(cores=cpus, busy_frac=PEAK_CORES / cpus, rss_max_bytes=RSS)
+    )
     return analyze(j, [rec], S)
 
 

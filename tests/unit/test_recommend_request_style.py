@@ -158,3 +158,18 @@ def test_submit_line_options_short_and_long_with_and_without_equals() -> None:
     per_task = request_of(replace(job(), submit_line="sbatch --gpus-per-task=1 -n 4 -c 8 x"))
     assert per_task.gpu_form == GPUS_PER_TASK and per_task.cores_per_gpu
     assert request_of(replace(job(), submit_line="sbatch 'unbalanced")) == Request()
+
+
+def test_gpu_cut_counts_the_cores_asked_per_gpu_not_the_allocation() -> None:
+    # Found by sbatch --test-only on the test cluster: --cpus-per-gpu=2 on 2 GPUs with 3 cores
+    # busy; the allocation (8 CPUs) hid that --gpus=1 alone would give 2 cores.
+    tl = timeline([90.0] * 10, [3.0] * 10, n_gpus=2)
+    gpus = [gpu("GPU-0", duty=90.0), gpu("GPU-1", duty=0.0, process=False)]
+    n = node(gpus, tl=tl, host_summary=host(cores=8, busy_frac=3 / 8))
+    j = replace(
+        job(gpus=2, cpus=8, total_cpu=3 * 3600.0),
+        submit_line="sbatch --gpus=2 --cpus-per-gpu=2 x.sh",
+    )
+    a = analyze(j, [n], S)
+    cpu = rec(a, Option.CPUS_PER_GPU)
+    assert cpu is not None and cpu.sbatch_lines == ("#SBATCH --cpus-per-gpu=4",)
