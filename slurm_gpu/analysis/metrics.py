@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
-from slurm_gpu.analysis.stackmetrics import StackMetrics, stack_metrics
 from slurm_gpu.analysis.outcomes import StepEnd, node_failure, step_end
+from slurm_gpu.analysis.stackmetrics import StackMetrics, stack_metrics
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import (
     STALL_CPU_BINS,

@@ -585,6 +585,11 @@ def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     return per_node is None or st.cpus_max is None or st.cpus_max < per_node
 
 
+def _cpu_unknown(m: JobMetrics) -> bool:
+    """Nothing measured the job's CPUs: no host series and no CPU time in accounting."""
+    return not m.source.host_series and m.cpu_efficiency_pct is None
+
+
 def _tasks_known(m: JobMetrics) -> bool:
     """Accounting gave the task count of some step (ranks per node)."""
     return m.steps is not None and m.steps.tasks_per_node_max is not None
@@ -1008,6 +1013,8 @@ def cannot_tell(
             ev[f"lacks_{sig}"] = 1
     if _step_cpu_unknown(m):
         ev["lacks_step_cpu_time"] = 1
+    if _cpu_unknown(m):
+        ev["lacks_job_cpu_time"] = 1
     # The records' own interval (a site may scrape every 60 s where 30 s is usual).
     interval = m.interval_s if m.interval_s else m.source.typical_interval_s
     ev["source_interval_s"] = interval
@@ -1090,6 +1097,16 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
     if not m.source.process_list and _diagnosable(m) and not _tasks_known(m):
         # No process list and no step task count: ranks sharing a GPU cannot be told.
         withheld.append(Code.RANKS_SHARE_GPU)
+    if _cpu_unknown(m) and _diagnosable(m):
+        # Neither the job's CPU time nor its host series: "the CPUs were not the bottleneck"
+        # (steady LOW_PARALLELISM) would be said of CPUs nobody measured.
+        held = [
+            f
+            for f in found
+            if f.code is Code.LOW_PARALLELISM and not f.evidence.get("busy_nearly_empty")
+        ]
+        found = [f for f in found if f not in held]
+        withheld.extend(f.code for f in held)
     if _step_cpu_unknown(m) and _diagnosable(m):
         # Steps bound to fewer cores than the node, without their CPU time: whether they were
         # CPU-bound on their cores is unknown, so neither "the CPUs were not the bottleneck"

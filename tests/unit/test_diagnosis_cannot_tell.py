@@ -83,3 +83,15 @@ def test_the_same_farm_with_step_cpu_time_is_steps_cpu_bound() -> None:
     a = analyze(farm(0.98), [farm_node("dcgm-exporter", 60.0)], S)  # type: ignore[list-item]
     assert Code.STEPS_CPU_BOUND in codes(a)
     assert Code.LOW_PARALLELISM not in codes(a)
+
+
+def test_small_work_from_dcgm_with_no_cpu_time_anywhere_is_not_told_cpus_were_fine() -> None:
+    # No host series (dcgm-exporter) and no TotalCPU in accounting: nothing measured the CPUs.
+    j = job(gpus=1, cpus=8, total_cpu=None)
+    rec = replace(node([gpu(duty=30.0, mem_frac=0.1)]), source="dcgm-exporter")
+    a = analyze(j, [rec], S)
+    assert Code.LOW_PARALLELISM not in codes(a)
+    (note,) = [f for f in a.findings if f.code is Code.SOURCE_CANNOT_TELL]
+    assert note.evidence["cannot_tell_LOW_PARALLELISM"] == 1
+    assert note.evidence["lacks_job_cpu_time"] == 1
+    assert "the job's TotalCPU" in wording(ENV, note)[1]
