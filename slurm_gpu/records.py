@@ -441,6 +441,12 @@ class JobStep:
     elapsed_s: int
     total_cpu_s: float | None
     """The step's TotalCPU (user + system), seconds."""
+    tasks: int | None = None
+    """The step's task count (``NTasks``): ranks, each usually one process on the node."""
+    end_s: float | None = None
+    """When the step ended, epoch seconds; ``None`` when accounting did not say."""
+    cancelled_by_uid: int | None = None
+    """The uid of ``CANCELLED by <uid>`` (who cancelled the step), else ``None``."""
 
     @property
     def is_task(self) -> bool:
@@ -518,6 +524,13 @@ class JobRecord:
     steps: tuple[JobStep, ...] = ()
     """The steps of the run described (the last run of a requeued job), in accounting order;
     empty where accounting gave none (``--allocations``, old stored jobs)."""
+    reason: str | None = None
+    """Slurm's last state reason of the job (``Reason``: ``NodeDown``, ``TimeLimit``, …), a
+    fixed word no user can type; ``None`` when accounting did not say (not stored)."""
+    submit_line: str | None = None
+    """The command line the job was submitted with (``SubmitLine``, user text, cleaned), from
+    which the request's style is read (``analysis.request``); ``None`` where accounting did
+    not keep it (not stored)."""
 
 
 # --- Running jobs: what a node's live summaries (and Prometheus, from them) hold ---------

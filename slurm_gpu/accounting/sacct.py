@@ -13,7 +13,7 @@ accepts with any byte but NUL, newlines and the delimiter included):
 * the **text query** (``TEXT_FIELDS``, ``--allocations``) asks for the user-written strings of
   the same jobs, framed with a delimiter drawn at random for that query (so that a name cannot
   hold it), and is accepted only when it matches the accounting query exactly: the same job
-  ids in the same order, and exactly four delimiters per record (``verify_text``). Otherwise
+  ids in the same order, and exactly five delimiters per record (``verify_text``). Otherwise
   the strings of that batch are dropped (empty name, no comment or directory), never the
   accounting fields; one retry of both queries covers a job that changed between them.
 
@@ -35,7 +35,12 @@ from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.jobids import parse_job_id
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.accounting.tres import mem_bytes, parse_mem, parse_tres
-from slurm_gpu.accounting.usertext import COMMENT_MAX_LEN, JOB_NAME_MAX_LEN, WORK_DIR_MAX_LEN
+from slurm_gpu.accounting.usertext import (
+    COMMENT_MAX_LEN,
+    JOB_NAME_MAX_LEN,
+    SUBMIT_LINE_MAX_LEN,
+    WORK_DIR_MAX_LEN,
+)
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord, JobStep
 from slurm_gpu.textsafe import clean_user_text
@@ -72,11 +77,22 @@ FIELDS: tuple[str, ...] = (
     "End",
     "NodeList",
     "AdminComment",
+    "NTasks",
+    "Reason",
     "JobIDRaw",
 )
 
 #: Fields of the text query: the strings a job's owner chose, between ``JobIDRaw`` twice.
-TEXT_FIELDS: tuple[str, ...] = ("JobIDRaw", "JobName", "Comment", "WorkDir", "JobIDRaw")
+TEXT_FIELDS: tuple[str, ...] = (
+    "JobIDRaw",
+    "JobName",
+    "Comment",
+    "WorkDir",
+    "SubmitLine",
+    "JobIDRaw",
+)
+#: Pieces one record of the text query splits into on its delimiter, less the last id.
+_TEXT_PIECES = len(TEXT_FIELDS) - 1
 
 #: Fields a caller may leave out (``SacctSource(omit=...)``); the record then says ``None`` for
 #: them. ``QOS`` costs sacct one more table request to slurmdbd (about 90 ms on the test
@@ -109,6 +125,7 @@ class UserText:
     job_name: str
     comment: str
     work_dir: str
+    submit_line: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +216,21 @@ def verify_text(text: str, job_ids: Sequence[str], delimiter: str) -> dict[str, 
         return {}
     pieces = text.split(delimiter)
     count = len(job_ids)
-    if len(pieces) != 4 * count + 1 or pieces[0] != job_ids[0]:
+    per = _TEXT_PIECES
+    if len(pieces) != per * count + 1 or pieces[0] != job_ids[0]:
         return None
     out: dict[str, UserText] = {}
     for i, job_id in enumerate(job_ids):
-        junction = pieces[4 * i + 4]
+        junction = pieces[per * i + per]
         if i + 1 < count:
             if junction != f"{job_id}\n{job_ids[i + 1]}":
                 return None
         elif junction not in (job_id, job_id + "\n"):
             return None
-        name, comment, work_dir = pieces[4 * i + 1 : 4 * i + 4]
-        out[job_id] = UserText(job_name=name, comment=comment, work_dir=work_dir)
+        name, comment, work_dir, submit_line = pieces[per * i + 1 : per * i + per]
+        out[job_id] = UserText(
+            job_name=name, comment=comment, work_dir=work_dir, submit_line=submit_line
+        )
     return out
 
 
@@ -299,7 +319,8 @@ def _req_mem_bytes(
 
     ReqTRES ``mem=`` is already the job total, so it wins. Otherwise ``ReqMem`` is read: the
     ``Mc``/``Mn`` suffixes of Slurm before 21.08 mean per CPU / per node and are multiplied out;
-    since 21.08 a bare value is per node (``--mem``) and is multiplied by the node count.
+    since 21.08 sacct prints the job's total there without a suffix (a 4-node job with
+    ``--mem=78.125G`` reads ``ReqMem=312.50G``), which is taken as it is.
     """
     if req_tres_mem:
         return req_tres_mem
@@ -309,7 +330,9 @@ def _req_mem_bytes(
     size, per = parsed
     if per == "c":
         return size * cpus if cpus else None
-    return size * (nodes or 1)
+    if per == "n":
+        return size * (nodes or 1)
+    return size
 
 
 def _split_display_id(display: str) -> tuple[str | None, str | None, str | None, int | None]:
@@ -446,12 +469,14 @@ def _to_record(run: _Run, *, restarts: int, text: UserText | None) -> JobRecord:
         mail_user=None,
         mail_type=None,
         steps=tuple(_to_step(step) for step in run.steps),
+        reason=_opt_str(row.get("Reason", "")),
+        submit_line=_opt_text(text.submit_line, SUBMIT_LINE_MAX_LEN) if text else None,
     )
 
 
 def _to_step(row: Mapping[str, str]) -> JobStep:
     """One step line of the accounting query (fields no user can type; never the step name)."""
-    state, _ = parse_state(row["State"])
+    state, cancelled_by = parse_state(row["State"])
     exit_code, exit_signal = parse_exit(row["ExitCode"])
     elapsed = _opt_int(row["ElapsedRaw"])
     if elapsed is None:
@@ -466,6 +491,9 @@ def _to_step(row: Mapping[str, str]) -> JobStep:
         exit_signal=exit_signal,
         elapsed_s=elapsed,
         total_cpu_s=parse_duration(row["TotalCPU"]),
+        tasks=_opt_int(row.get("NTasks", "")),
+        end_s=_epoch(row["End"]),
+        cancelled_by_uid=cancelled_by,
     )
 
 

@@ -11,3 +11,5 @@ JOB_NAME_MAX_LEN = 256
 COMMENT_MAX_LEN = 1024
 #: ``WorkDir``: Linux's PATH_MAX.
 WORK_DIR_MAX_LEN = 4096
+#: ``SubmitLine``: the command line the job was submitted with (its request options).
+SUBMIT_LINE_MAX_LEN = 4096

@@ -91,8 +91,12 @@ class Code(StrEnum):
     NODE_FAILED = "NODE_FAILED"
     # the job's own outcome (not a utilization cause)
     STEPS_FAILED = "STEPS_FAILED"
+    TIME_LIMIT_REACHED = "TIME_LIMIT_REACHED"
+    STEPS_ENDED_WITH_JOB = "STEPS_ENDED_WITH_JOB"
     # evidence from inside the job: its Python stacks (docs/stacks.md)
     STACK_PROFILE = "STACK_PROFILE"
+    # memory of the user's similar jobs
+    REPEATED_FINDINGS = "REPEATED_FINDINGS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,10 @@ CODES: Mapping[Code, CodeInfo] = {
     Code.GPU_HARDWARE_ERRORS: CodeInfo(None, Audience.SITE, "site_health"),
     Code.NODE_FAILED: CodeInfo(None, Audience.SITE, "site_health"),
     Code.STEPS_FAILED: CodeInfo(None, Audience.USER, None),
+    Code.TIME_LIMIT_REACHED: CodeInfo(None, Audience.USER, None),
+    Code.STEPS_ENDED_WITH_JOB: CodeInfo(None, Audience.USER, None),
     Code.STACK_PROFILE: CodeInfo(None, Audience.USER, None),
+    Code.REPEATED_FINDINGS: CodeInfo(None, Audience.USER, None),
 }
 
 #: The profiler to run for each suspected cause, as an exact command (cause 7: point people at
@@ -226,6 +233,7 @@ class Option(StrEnum):
     CPUS_PER_GPU = "cpus_per_gpu"
     MEMORY = "memory"
     TIME = "time"
+    SMALLER_GPU = "smaller_gpu"
 
 
 #: The ``sbatch`` long option each kind of recommendation sets, where its lines do not say.
@@ -236,6 +244,7 @@ OPTION_FLAGS: Mapping[Option, str] = {
     Option.CPUS_PER_GPU: "--cpus-per-gpu",
     Option.MEMORY: "--mem",
     Option.TIME: "--time",
+    Option.SMALLER_GPU: "--gres",
 }
 
 _LINE_FLAG = re.compile(r"^#SBATCH\s+(--[a-z][a-z-]*)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurm_gpu.analysis.allocation import whole_node_allocation
+from slurm_gpu.analysis.outcomes import StepEnd, node_failure, step_end
 from slurm_gpu.analysis.stackmetrics import StackMetrics, stack_metrics
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import (
@@ -221,6 +222,22 @@ class JobMetrics:
     stacks: StackMetrics | None = None
     """Stack samples of the job's Python processes (``docs/stacks.md``); ``None`` where stack
     sampling was off."""
+    interval_s: float | None = None
+    """The job's records' own reading interval (the coarsest over its nodes), seconds;
+    ``None`` without a record."""
+    node_failure: bool = False
+    """A node under the job failed (``outcomes.node_failure``: NODE_FAIL of the job or of a
+    step, or a node-down reason)."""
+    core_efficiency_pct: float | None = None
+    """``cpu_efficiency_pct`` over physical cores where ``threads_per_core`` is known (at most
+    100), else equal to it, percent: what host-bound judgements compare."""
+    physical_cores: bool = False
+    """Whether core counts in host-bound judgements are physical cores (the topology is
+    known: ``threads_per_core``) rather than Slurm's CPUs."""
+    gpu_hours_after_progress: float | None = None
+    """Allocated GPUs × the time from the last reading with a kernel on any of the job's GPUs
+    to the job's end, hours: what the job held without progress at its end (after a node
+    failure, the time lost waiting for Slurm to notice); ``None`` without such a reading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +246,11 @@ class StepMetrics:
 
     total: int
     failed: int
-    """Steps that ended FAILED, OUT_OF_MEMORY or TIMEOUT, or with a non-zero exit code or a
-    signal; not those that ended NODE_FAIL (the node's failure, counted in ``node_failed``)."""
+    """Steps that failed on their own (``outcomes.StepEnd.OWN_FAILURE``: their program's exit
+    code, OUT_OF_MEMORY); not those Slurm ended at the job's end, by a time limit, a node
+    failure or a ``scancel``, counted below."""
     node_failed: int
-    """Steps that ended NODE_FAIL."""
+    """Steps ended by a node failure (NODE_FAIL, or killed when the job's node failed)."""
     first_failed_exit_code: int | None
     gpu_hours_failed: float
     """GPU-hours spent by the failed steps: each step's GPUs (its AllocTRES, else the job's
@@ -244,6 +262,15 @@ class StepMetrics:
     cpu_efficiency_pct: float | None
     """Σ TotalCPU / Σ (elapsed × CPUs) over the steps with all three known: how busy the
     cores each step was bound to were, percent (``None`` without such a step)."""
+    tasks_per_node_max: float | None = None
+    """Most tasks (ranks) any step ran per node (``NTasks`` over its nodes); ``None`` where
+    accounting gave no task count."""
+    time_limit: int = 0
+    """Steps ended by the time limit."""
+    user_cancelled: int = 0
+    """Steps ended by a ``scancel``."""
+    job_end: int = 0
+    """Steps still running when the job ended, ended by Slurm."""
 
 
 # --------------------------------------------------------------------------- seff
@@ -575,8 +602,11 @@ def _stall_and_peak(
     percent; peak cores busy on one node)."""
     stalled_s = strict_s = total_s = 0.0
     peak: float | None = None
+    per_core = max(settings.threads_per_core, 1)
     for node in nodes:
-        cores = _cores_per_node(job, node, nnodes)
+        cpus = _cores_per_node(job, node, nnodes)
+        # Physical cores where the topology is known: a busy core keeps one thread busy.
+        cores = max(cpus / per_core, 1.0) if cpus else cpus
         indices = [i for i, g in enumerate(node.gpus) if g.info.uuid in used]
         for point in node.timeline:
             if point.host_cpu_cores is not None:
@@ -591,7 +621,7 @@ def _stall_and_peak(
                 continue
             total_s += point.width_s
             duty = statistics.fmean(utils)
-            busy_pct = 100.0 * point.host_cpu_cores / cores
+            busy_pct = min(100.0, 100.0 * point.host_cpu_cores / cores)
             if duty < settings.low_duty_pct and busy_pct >= settings.cpu_saturated_pct:
                 stalled_s += point.width_s
             # Below full with the cores pinned (a stricter saturation: healthy jobs at
@@ -604,8 +634,8 @@ def _stall_and_peak(
         if not node.timeline and node.host is not None and node.host.cpu_cores_busy.n:
             # No timeline: fall back to the cores-busy distribution (not time-correlated).
             top = node.host.cpu_cores_busy.percentile(100)
-            if top is not None and cores:
-                peak = max(peak or 0.0, top / 100.0 * cores)
+            if top is not None and cpus:
+                peak = max(peak or 0.0, top / 100.0 * cpus)
     if total_s <= 0:
         return None, None, peak
     return 100.0 * stalled_s / total_s, 100.0 * strict_s / total_s, peak
@@ -684,8 +714,10 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
     tasks = [st for st in job.steps if st.is_task]
     if not tasks:
         return None
-    node_failed = [st for st in tasks if st.state == "NODE_FAIL"]
-    failed = [st for st in tasks if st.failed and st.state != "NODE_FAIL"]
+    down = node_failure(job)
+    ends = [step_end(st, job, down) for st in tasks]
+    node_failed = [st for st, e in zip(tasks, ends, strict=True) if e is StepEnd.NODE_FAILURE]
+    failed = [st for st, e in zip(tasks, ends, strict=True) if e is StepEnd.OWN_FAILURE]
     gpu_hours = 0.0
     estimated = False
     for st in failed:
@@ -703,6 +735,7 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
             used_s += st.total_cpu_s
             bound_s += st.elapsed_s * st.cpus
     cpus = [st.cpus for st in tasks if st.cpus]
+    per_node = [st.tasks / (st.nodes or 1) for st in tasks if st.tasks]
     return StepMetrics(
         total=len(tasks),
         failed=len(failed),
@@ -712,6 +745,10 @@ def step_metrics(job: JobRecord, gpus_allocated: int, nnodes: int) -> StepMetric
         gpu_hours_estimated=estimated,
         cpus_max=max(cpus) if cpus else None,
         cpu_efficiency_pct=100.0 * used_s / bound_s if bound_s > 0 else None,
+        tasks_per_node_max=max(per_node, default=None),
+        time_limit=ends.count(StepEnd.TIME_LIMIT),
+        user_cancelled=ends.count(StepEnd.USER_CANCEL),
+        job_end=ends.count(StepEnd.JOB_END),
     )
 
 
@@ -736,12 +773,18 @@ def stall_shares_from_readings(
     total = sum(sum(g.stall_grid) for g in gpus)
     if total <= 0:
         return None
+    # The grid counts cores busy against the allocated CPUs; with n threads per core, a
+    # share of the physical cores is n times the share of the CPUs.
+    per_core = max(settings.threads_per_core, 1)
     loose = sum(
-        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct) for g in gpus
+        _grid_share(g.stall_grid, settings.low_duty_pct, settings.cpu_saturated_pct / per_core)
+        for g in gpus
     )
     strict = sum(
         _grid_share(
-            g.stall_grid, settings.dataloader_max_duty_pct, settings.cpu_saturated_strict_pct
+            g.stall_grid,
+            settings.dataloader_max_duty_pct,
+            settings.cpu_saturated_strict_pct / per_core,
         )
         for g in gpus
     )
@@ -844,4 +887,27 @@ def job_metrics(
         steps=step_metrics(job, gpus_allocated, nnodes),
         source=combined(n.source for n in nodes),
         stacks=stack_metrics(nodes, elapsed),
+        interval_s=max((n.interval_s for n in nodes if n.interval_s > 0), default=None),
+        core_efficiency_pct=_core_efficiency(seff_cpu_efficiency_pct(job), settings),
+        physical_cores=settings.threads_per_core > 0,
+        node_failure=node_failure(job),
+        gpu_hours_after_progress=_after_progress(job, gpus, gpus_allocated),
     )
+
+
+def _core_efficiency(eff: float | None, settings: AnalysisSettings) -> float | None:
+    """``JobMetrics.core_efficiency_pct`` from seff's CPU efficiency."""
+    if eff is None:
+        return None
+    return min(100.0, eff * max(settings.threads_per_core, 1))
+
+
+def _after_progress(
+    job: JobRecord, gpus: Sequence[GpuMetrics], gpus_allocated: int
+) -> float | None:
+    """``JobMetrics.gpu_hours_after_progress``."""
+    last = [g.active_last_s for g in gpus if g.active_last_s is not None]
+    end = job.end_s if job.end_s is not None else (job.start_s or 0.0) + job.elapsed_s
+    if not last or not job.start_s:
+        return None
+    return max(0.0, end - max(last)) * (gpus_allocated or len(gpus)) / SECONDS_PER_HOUR

@@ -17,10 +17,22 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from slurm_gpu.analysis.findings import Code, Finding, Option, Recommendation, Severity
 from slurm_gpu.analysis.history import PastJob
 from slurm_gpu.analysis.metrics import JobMetrics
+from slurm_gpu.analysis.request import (
+    GPUS,
+    GPUS_PER_NODE,
+    GPUS_PER_TASK,
+    Request,
+    cpu_line,
+    current_gpus,
+    gpu_lines,
+    mem_line,
+    request_of,
+)
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
 
@@ -62,9 +74,10 @@ def _codes(findings: Sequence[Finding]) -> set[Code]:
     return {f.code for f in findings if f.severity is not Severity.INFO}
 
 
-def _gpu_type(job: JobRecord) -> str:
-    types = job.alloc_tres.gpu_types or job.req_tres.gpu_types
-    return f"{types[0][0]}:" if len(types) == 1 else ""
+def _gpu_type(req: Request) -> str:
+    """The GPU type the user asked for, as a ``type:`` prefix; never one it did not ask for
+    (AllocTRES names the type of every GPU given)."""
+    return f"{req.gpu_type}:" if req.gpu_type else ""
 
 
 def recommend_gpus(
@@ -83,21 +96,18 @@ def recommend_gpus(
     if need >= m.gpus_allocated:
         return []
     saved = (m.gpus_allocated - need) * m.elapsed_s / 3600.0
-    kind = _gpu_type(job)
+    req = request_of(job)
     if need == 0:
         lines: tuple[str, ...] = ()
         proposed = "0"
-    elif m.nnodes > 1:
-        lines = (f"#SBATCH --gpus={kind}{need}",)
-        proposed = f"{kind}{need}"
     else:
-        lines = (f"#SBATCH --gres=gpu:{kind}{need}",)
-        proposed = f"gpu:{kind}{need}"
+        # In the job's own form (--gres, --gpus, --gpus-per-node, --gpus-per-task) and type.
+        lines, proposed = gpu_lines(req, need, m.nnodes)
     return [
         Recommendation(
             option=Option.GPUS,
             sbatch_lines=lines,
-            current=f"gpu:{kind}{m.gpus_allocated}",
+            current=current_gpus(req, m.gpus_allocated, m.nnodes),
             proposed=proposed,
             gpu_hours_saved=round(saved, 3),
             safe_because={"gpus_used_max": need, "gpus_allocated": m.gpus_allocated},
@@ -142,14 +152,21 @@ def recommend_mig(
     slices, _mem, profile = min(options)
     n = m.gpus_used
     saved = n * m.elapsed_s / 3600.0 * (1 - slices / MIG_SLICES_PER_GPU)
+    req = request_of(job)
+    # The slice as a GPU type, in the job's own form of GPU request.
+    flag = {GPUS: "--gpus", GPUS_PER_NODE: "--gpus-per-node"}.get(req.gpu_form or "")
+    per_node = max(1, math.ceil(n / max(m.nnodes, 1)))
+    if flag == "--gpus":
+        gpu_line = f"#SBATCH --gpus={profile}:{n}"
+    elif flag is not None or req.gpu_form == GPUS_PER_TASK:
+        gpu_line = f"#SBATCH --{req.gpu_form}={profile}:{per_node if flag else 1}"
+    else:
+        gpu_line = f"#SBATCH --gres=gpu:{profile}:{per_node}"
     return [
         Recommendation(
             option=Option.MIG,
-            sbatch_lines=(
-                f"#SBATCH --partition={s.mig_partitions[0]}",
-                f"#SBATCH --gres=gpu:{profile}:{n}",
-            ),
-            current=f"gpu:{_gpu_type(job)}{m.gpus_allocated}",
+            sbatch_lines=(f"#SBATCH --partition={s.mig_partitions[0]}", gpu_line),
+            current=current_gpus(req, m.gpus_allocated, m.nnodes),
             proposed=f"{profile}:{n}",
             gpu_hours_saved=round(saved, 3),
             safe_because={
@@ -162,8 +179,72 @@ def recommend_mig(
     ]
 
 
-def _cpu_line(job: JobRecord, m: JobMetrics, n: int) -> str:
-    return f"#SBATCH --cpus-per-gpu={n}" if m.gpus_allocated else f"#SBATCH --cpus-per-task={n}"
+def _smaller_types(s: AnalysisSettings) -> list[tuple[int, str, str | None]]:
+    """(memory bytes, type, partition or None) of ``smaller_gpu_types``, smallest first;
+    entries that do not read as ``[partition:]type:memory_GiB`` are left out."""
+    out = []
+    for entry in s.smaller_gpu_types:
+        parts = entry.split(":")
+        if len(parts) not in (2, 3) or not parts[-1].strip().isdigit():
+            continue
+        partition = parts[0] if len(parts) == 3 else None
+        out.append((int(parts[-1]) * 1024**3, parts[-2], partition))
+    return sorted(out)
+
+
+def recommend_smaller_gpu(
+    job: JobRecord,
+    m: JobMetrics,
+    findings: Sequence[Finding],
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+) -> list[Recommendation]:
+    """The smallest GPU type of ``smaller_gpu_types`` that holds the GPU memory peak (this
+    job and similar ones) plus ``headroom_gpu_mem_pct`` and is smaller than the GPU the job
+    had, in the job's own form of GPU request, for a job found ``GPU_OVERSIZED``."""
+    if Code.GPU_OVERSIZED not in _codes(findings) or m.gpus_used < 1:
+        return []
+    peaks = [g.memory_peak_bytes for g in m.gpus if g.used and g.memory_peak_bytes is not None]
+    peaks += [p.gpu_memory_peak_bytes for p in past if p.gpu_memory_peak_bytes is not None]
+    capacity = min((g.memory_capacity_bytes or 0) for g in m.gpus if g.used)
+    if not peaks or not capacity:
+        return []
+    need = max(peaks) * (1 + s.headroom_gpu_mem_pct / 100.0)
+    fits = [t for t in _smaller_types(s) if need <= t[0] < capacity]
+    if not fits:
+        return []
+    memory, kind, partition = fits[0]
+    req = replace(request_of(job), gpu_type=kind)
+    if req.gpu_form == GPUS_PER_TASK:
+        req = replace(req, gpu_form=None)  # a typed count per task: the plain form instead
+    lines, proposed = gpu_lines(req, m.gpus_used, m.nnodes)
+    if partition:
+        lines = (f"#SBATCH --partition={partition}", *lines)
+    return [
+        Recommendation(
+            option=Option.SMALLER_GPU,
+            sbatch_lines=lines,
+            current=current_gpus(request_of(job), m.gpus_allocated, m.nnodes),
+            proposed=proposed,
+            gpu_hours_saved=None,
+            safe_because={
+                "gpu_memory_peak_bytes": max(peaks),
+                "headroom_pct": s.headroom_gpu_mem_pct,
+                "gpu_memory_bytes": memory,
+            },
+            based_on_jobs=1 + len(past),
+            finding=Code.GPU_OVERSIZED,
+        )
+    ]
+
+
+def _cpu_line(job: JobRecord, m: JobMetrics, per_gpu: int, gpus_per_node: int) -> tuple[str, str]:
+    """(line, value) giving each node ``per_gpu`` cores per GPU (or ``per_gpu`` cores for a job
+    without GPUs), in the job's own form (``--cpus-per-task`` or ``--cpus-per-gpu``)."""
+    req = request_of(job)
+    per_node = gpus_per_node if m.gpus_allocated else 0
+    line, value = cpu_line(req, per_gpu * max(per_node, 1), per_node, m.nnodes)
+    return line, str(value)
 
 
 def _proposed_gpus(m: JobMetrics, gpu_recs: Sequence[Recommendation]) -> int:
@@ -214,12 +295,13 @@ def recommend_cpus(
         return []
     if codes & {Code.DATALOADER_BOUND, Code.TOO_FEW_CPUS_PER_GPU}:
         proposed = max(s.min_cpus_per_gpu, math.ceil(2 * current), floor)
+        line, value = _cpu_line(job, m, proposed, per_after)
         return [
             Recommendation(
                 option=Option.CPUS_PER_GPU,
-                sbatch_lines=(_cpu_line(job, m, proposed),),
+                sbatch_lines=(line,),
                 current=f"{current:g}",
-                proposed=str(proposed),
+                proposed=value,
                 gpu_hours_saved=None,
                 safe_because={
                     "cores_busy_peak": m.host_cores_peak,
@@ -240,12 +322,13 @@ def recommend_cpus(
     # A reduction only: fewer cores on each node than now (per GPU, with the proposed GPUs).
     if proposed * per_after >= current * per:
         return []
+    line, value = _cpu_line(job, m, proposed, per_after)
     return [
         Recommendation(
             option=Option.CPUS_PER_GPU,
-            sbatch_lines=(_cpu_line(job, m, proposed),),
+            sbatch_lines=(line,),
             current=f"{current:g}",
-            proposed=str(proposed),
+            proposed=value,
             gpu_hours_saved=None,
             safe_because={"cores_busy_peak": round(peak, 2), "headroom_pct": s.headroom_cpu_pct},
             based_on_jobs=1 + len(past),
@@ -260,8 +343,11 @@ def recommend_memory(
     findings: Sequence[Finding],
     past: Sequence[PastJob],
     s: AnalysisSettings,
+    gpus_proposed: int | None = None,
 ) -> list[Recommendation]:
-    """``--mem`` (per node) sized to the peak resident memory plus headroom."""
+    """Memory sized to the peak resident memory on a node plus headroom, in the job's own
+    form: ``--mem`` (per node), ``--mem-per-gpu`` (for ``gpus_proposed``, the GPU count after
+    the GPU recommendation) or ``--mem-per-cpu``."""
     codes = _codes(findings)
     if m.whole_node:
         return []  # the node's memory is the job's whatever it asks
@@ -287,12 +373,18 @@ def recommend_memory(
         finding = Code.MEMORY_OVERREQUESTED
     else:
         return []
+    gpus_after = m.gpus_allocated if gpus_proposed is None else gpus_proposed
+    gpus_per_node = math.ceil(gpus_after / max(m.nnodes, 1))
+    cpus_per_node = int(m.host_cores_allocated_per_node or m.ncpus)
+    line, each = mem_line(
+        request_of(job), proposed, gpus_per_node, cpus_per_node, s.mem_round_bytes
+    )
     return [
         Recommendation(
             option=Option.MEMORY,
-            sbatch_lines=(f"#SBATCH --mem={format_mem(proposed)}",),
+            sbatch_lines=(line,),
             current=format_mem(int(alloc_per_node)) if alloc_per_node else None,
-            proposed=format_mem(proposed),
+            proposed=format_mem(each),
             gpu_hours_saved=None,
             safe_because={"mem_peak_bytes": int(base), "headroom_pct": s.headroom_mem_pct},
             based_on_jobs=1 + (len(past) if finding is Code.MEMORY_OVERREQUESTED else 0),
@@ -340,11 +432,61 @@ def recommend(
 ) -> tuple[Recommendation, ...]:
     """Every recommendation for a job, the ones that free GPU-hours first."""
     gpus = recommend_gpus(job, m, findings, past)
+    after = _proposed_gpus(m, gpus)
+    cpus = recommend_cpus(job, m, findings, past, s, after)
+    if gpus and not cpus:
+        cpus = cores_for_fewer_gpus(job, m, past, s, after)
     out = [
         *gpus,
         *recommend_mig(job, m, findings, past, s),
-        *recommend_cpus(job, m, findings, past, s, _proposed_gpus(m, gpus)),
-        *recommend_memory(job, m, findings, past, s),
+        *recommend_smaller_gpu(job, m, findings, past, s),
+        *cpus,
+        *recommend_memory(job, m, findings, past, s, after),
         *recommend_time(job, m, findings, past, s),
     ]
     return tuple(sorted(out, key=lambda r: -(r.gpu_hours_saved or 0.0)))
+
+
+def cores_for_fewer_gpus(
+    job: JobRecord,
+    m: JobMetrics,
+    past: Sequence[PastJob],
+    s: AnalysisSettings,
+    gpus_after: int,
+) -> list[Recommendation]:
+    """The CPU line a GPU cut needs where the job's cores come per GPU (``--cpus-per-gpu``, or
+    ``--cpus-per-task`` with ``--gpus-per-task``): fewer GPUs would take their cores with
+    them, below the busiest cores observed on a node plus headroom."""
+    req = request_of(job)
+    if not req.cores_per_gpu or not gpus_after or m.gpus_allocated == 0:
+        return []
+    known = [p for p in (m.host_cores_peak, *(p.host_cores_peak for p in past)) if p is not None]
+    if not known:
+        return []
+    per_node_before = m.gpus_allocated / max(m.nnodes, 1)
+    per_node_after = max(1, gpus_after // max(m.nnodes, 1))
+    # What the job asked for per GPU (the allocation may hold more: whole cores, a minimum).
+    cores_per_gpu = (m.host_cores_allocated_per_node or m.ncpus) / per_node_before
+    if req.cpus_value:
+        per_task_gpus = req.gpus_per_task if req.gpu_form == GPUS_PER_TASK else 1
+        cores_per_gpu = req.cpus_value / (per_task_gpus or 1)
+    need = math.ceil(max(known) * (1 + s.headroom_cpu_pct / 100.0) - 1e-9)
+    if cores_per_gpu * per_node_after >= need:
+        return []
+    per_gpu = math.ceil(need / per_node_after)
+    line, value = _cpu_line(job, m, per_gpu, per_node_after)
+    return [
+        Recommendation(
+            option=Option.CPUS_PER_GPU,
+            sbatch_lines=(line,),
+            current=f"{cores_per_gpu:g}",
+            proposed=value,
+            gpu_hours_saved=None,
+            safe_because={
+                "cores_busy_peak": round(max(known), 2),
+                "headroom_pct": s.headroom_cpu_pct,
+            },
+            based_on_jobs=1 + len(past),
+            finding=Code.GPU_UNUSED,
+        )
+    ]

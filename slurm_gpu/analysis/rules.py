@@ -8,9 +8,11 @@ more findings. Rules never hard-code a threshold: every number comes from ``Anal
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from slurm_gpu.analysis.findings import CODES, Code, Finding, Number, Scope, Severity
 from slurm_gpu.analysis.metrics import DataStatus, GpuMetrics, JobMetrics
+from slurm_gpu.analysis.outcomes import NODE_DOWN_REASONS
 from slurm_gpu.analysis.stacks import stack_evidence
 from slurm_gpu.config import AnalysisSettings
 from slurm_gpu.records import JobRecord
@@ -57,18 +59,50 @@ def grade_below(value: float, threshold: float, s: AnalysisSettings) -> Severity
     return Severity.WARNING
 
 
-def _ranks_share_gpu(m: JobMetrics, hostname: str) -> tuple[GpuMetrics, list[GpuMetrics]] | None:
-    """(the GPU several processes ran kernels on, the node's GPUs that held a context only),
-    or ``None``: several ranks on one GPU while other GPUs of the node sat idle with a context.
-    Needs a readable process list (``processes_known``) on that node."""
+@dataclass(frozen=True, slots=True)
+class RankSharing:
+    """Ranks sharing GPUs on one node, and what showed it."""
+
+    busy: GpuMetrics
+    """The GPU the shared ranks ran on (the busiest with the most processes)."""
+    context_only: list[GpuMetrics]
+    """The node's GPUs that held a context only (none when every GPU was shared)."""
+    processes: int | None
+    """Compute processes on the busy GPU (``None``: no process list, told from accounting)."""
+    tasks_per_node: float | None
+    """The step's ranks per node (accounting's ``NTasks``), where that told it."""
+
+
+def _ranks_share_gpu(
+    m: JobMetrics, hostname: str, s: AnalysisSettings | None = None
+) -> RankSharing | None:
+    """Several ranks on one GPU of ``hostname``, or ``None``. With a readable process list:
+    a used GPU with ≥ 2 compute processes while another allocated GPU held only a context, or
+    ≥ ``ranks_per_gpu_min`` processes on every used GPU (time-sliced ranks). Without one
+    (dcgm-exporter, other monitoring): a step ran more ranks per node than the node had GPUs
+    with kernels, while its other GPUs held a small context (GPU memory used, no kernel)."""
     on_node = [g for g in m.gpus if g.hostname == hostname and g.enough_data]
-    if not on_node or not all(g.processes_known for g in on_node):
+    if not on_node:
         return None
-    shared = [g for g in on_node if g.used and g.max_processes >= 2]
-    context_only = [g for g in on_node if not g.used and g.process_seen]
-    if not shared or not context_only:
+    used = [g for g in on_node if g.used]
+    if not used:
         return None
-    return max(shared, key=lambda g: g.max_processes), context_only
+    if all(g.processes_known for g in on_node):
+        shared = [g for g in used if g.max_processes >= 2]
+        context_only = [g for g in on_node if not g.used and g.process_seen]
+        if shared and context_only:
+            top = max(shared, key=lambda g: g.max_processes)
+            return RankSharing(top, context_only, top.max_processes, None)
+        least = min(g.max_processes for g in used)
+        if s is not None and least >= s.ranks_per_gpu_min and not context_only:
+            top = max(used, key=lambda g: g.max_processes)
+            return RankSharing(top, [], top.max_processes, None)
+        return None
+    tasks = m.steps.tasks_per_node_max if m.steps is not None else None
+    context_only = [g for g in on_node if not g.used and (g.memory_peak_bytes or 0) > 0]
+    if tasks is None or not context_only or tasks <= len(used):
+        return None
+    return RankSharing(max(used, key=lambda g: g.duty_mean_pct or 0.0), context_only, None, tasks)
 
 
 # --------------------------------------------------------------------------- data quality
@@ -111,48 +145,100 @@ def gpu_lost(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding
 # --------------------------------------------------------------------------- cause 6
 
 
+#: Longest subject a finding may name (the store's column is 255 characters).
+SUBJECT_MAX_CHARS = 255
+
+
+def name_gpus(uuids: Sequence[str]) -> str:
+    """The GPUs a grouped finding is about, as its subject: their UUIDs, comma-separated;
+    shortened to the UUIDs' first 12 characters (as ``nvidia-smi -L`` prints them, enough to
+    tell a node's GPUs apart) when the full list would not fit ``SUBJECT_MAX_CHARS``, and cut
+    with a count of the rest when even that does not."""
+    full = ", ".join(uuids)
+    if len(full) <= SUBJECT_MAX_CHARS:
+        return full
+    out: list[str] = []
+    for i, u in enumerate(uuids):
+        rest = f" and {len(uuids) - i} more"
+        if len(", ".join([*out, u[:12]])) + len(rest) > SUBJECT_MAX_CHARS:
+            return ", ".join(out) + rest
+        out.append(u[:12])
+    return ", ".join(out)
+
+
 def gpu_unused(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """An allocated GPU that never ran a kernel (with or without a process on it)."""
+    """Allocated GPUs that never ran a kernel (with or without a process on them): one finding
+    for all of them that share what is known of them (a process seen, none, unknown), naming
+    the GPUs, since they share the cause and the remedy. GPUs that held a context while ranks
+    shared another GPU of their node are ``RANKS_SHARE_GPU``'s (the same cause, the binding as
+    the remedy), not repeated here."""
     if not _diagnosable(m):
         return []
-    out = []
     hours = m.elapsed_s / 3600.0
+    groups: dict[Number, list[GpuMetrics]] = {}
     for g in m.gpus:
         if g.used or g.starved or not g.enough_data:
             continue
+        sharing = _ranks_share_gpu(m, g.hostname, s)
+        if sharing is not None and g in sharing.context_only:
+            continue
         # 1 seen, 0 none seen, None: the node's process list could not be read.
         seen: Number = int(g.process_seen) if g.process_seen or g.processes_known else None
+        groups.setdefault(seen, []).append(g)
+    out = []
+    for seen, gpus in groups.items():
         ev = {
-            "duty_mean_pct": _r(g.duty_mean_pct),
+            "duty_mean_pct": _r(max(g.duty_mean_pct or 0.0 for g in gpus)),
             "process_seen": seen,
-            "gpu_hours_wasted": _r(hours, 3),
+            "gpus_unused": len(gpus),
+            "gpu_hours_wasted": _r(hours * len(gpus), 3),
             "gpus_allocated": m.gpus_allocated,
             "gpus_used": m.gpus_used,
             "whole_node": int(m.whole_node),
-            "ranks_share_gpu": int(_ranks_share_gpu(m, g.hostname) is not None),
+            "ranks_share_gpu": 0,
         }
-        out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, g.uuid))
+        subject = name_gpus([g.uuid for g in gpus])
+        out.append(Finding(Code.GPU_UNUSED, Severity.CRITICAL, ev, Scope.GPU, subject))
     return out
 
 
 def ranks_share_gpu(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
     """Several processes (ranks) ran their kernels on one GPU while the node's other allocated
-    GPUs only held a context: the ranks were not bound to their own GPUs."""
+    GPUs only held a context (the ranks were not bound to their own GPUs), or every GPU ran
+    many ranks time-sliced; told from the process list, or, without one, from the step's
+    ranks per node in accounting."""
     if not _diagnosable(m):
         return []
     out = []
     for hostname in dict.fromkeys(g.hostname for g in m.gpus):
-        hit = _ranks_share_gpu(m, hostname)
+        hit = _ranks_share_gpu(m, hostname, s)
         if hit is None:
             continue
-        shared, idle = hit
+        on_node = [g for g in m.gpus if g.hostname == hostname]
+        power = [g.power_mean_of_limit_pct for g in on_node if g.used]
+        known_power = [p for p in power if p is not None]
         ev = {
-            "processes_on_busy_gpu": shared.max_processes,
-            "busy_gpu_duty_mean_pct": _r(shared.duty_mean_pct),
-            "gpus_context_only": len(idle),
-            "gpus_on_node": sum(1 for g in m.gpus if g.hostname == hostname),
+            "processes_on_busy_gpu": hit.processes,
+            "tasks_per_node": _r(hit.tasks_per_node),
+            # The context-only GPUs idled the whole job (GPU_UNUSED leaves them to this).
+            "gpu_hours_wasted": _r(m.elapsed_s / 3600.0 * len(hit.context_only), 3),
+            "busy_gpu_duty_mean_pct": _r(hit.busy.duty_mean_pct),
+            "gpus_context_only": len(hit.context_only),
+            "gpus_on_node": len(on_node),
+            "power_mean_of_limit_pct": _r(sum(known_power) / len(known_power))
+            if known_power
+            else None,
         }
-        out.append(Finding(Code.RANKS_SHARE_GPU, Severity.WARNING, ev, Scope.NODE, hostname))
+        # Allocated GPUs idle the whole job, as GPU_UNUSED would say: as severe.
+        severity = Severity.CRITICAL if hit.context_only else Severity.WARNING
+        if not hit.context_only:
+            # Every GPU time-sliced between ranks: a fault only where the GPUs stayed far
+            # from full (low duty or low power); otherwise a note (MPS jobs run this way).
+            duty = _used_duty(m, s) or 0.0
+            low_power = bool(known_power) and max(known_power) < s.busy_low_power_pct
+            if duty >= s.low_duty_pct and not low_power:
+                severity = Severity.INFO
+        out.append(Finding(Code.RANKS_SHARE_GPU, severity, ev, Scope.NODE, hostname))
     return out
 
 
@@ -429,17 +515,26 @@ def _input_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
 def _cores_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
     """The GPUs below full use while the job's cores were saturated as a whole."""
     duty = _used_duty(m, s)
-    if duty is None or duty >= s.dataloader_max_duty_pct:
+    if duty is None:
         return False
     if duty >= s.low_duty_pct:
-        # Moderate duty: GPU stalls that coincide with pinned cores. Without a timeline
-        # nothing says they coincide, so no finding.
+        # Moderate or high duty, at any level: the readings in which the GPUs were below
+        # ``dataloader_max_duty_pct`` while the cores were pinned (a molecular-dynamics job at
+        # 55-75 % with every physical core busy). Without a timeline nothing says they
+        # coincide: then the cores pinned over the whole job, below full GPU use.
         strict = m.stall_share_strict_pct
-        return strict is not None and strict >= s.stall_share_pct
+        if strict is not None:
+            return strict >= s.stall_share_pct
+        eff = m.core_efficiency_pct
+        return (
+            duty < s.dataloader_max_duty_pct
+            and eff is not None
+            and eff >= s.cpu_saturated_strict_pct
+        )
     if m.stall_share_pct is not None:
         return m.stall_share_pct >= s.stall_share_pct
     # No timeline: saturated cores over the whole job are the only (weaker) sign.
-    eff = m.cpu_efficiency_pct
+    eff = m.core_efficiency_pct
     return eff is not None and eff >= s.cpu_saturated_pct
 
 
@@ -469,6 +564,8 @@ def dataloader_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list
         "cores_busy_mean": _r(m.cores_busy_mean_per_node, 2),
         "cpus_allocated_per_node": _r(m.host_cores_allocated_per_node),
         "gpus_used": len(_used(m, s)),
+        "physical_cores": int(m.physical_cores),
+        "low_duty_pct": s.low_duty_pct,
     }
     return [Finding(Code.DATALOADER_BOUND, Severity.WARNING, ev)]
 
@@ -486,6 +583,27 @@ def _steps_cpu_bound(m: JobMetrics, s: AnalysisSettings) -> bool:
         return False
     per_node = m.host_cores_allocated_per_node
     return per_node is None or st.cpus_max is None or st.cpus_max < per_node
+
+
+def _cpu_unknown(m: JobMetrics) -> bool:
+    """Nothing measured the job's CPUs: no host series and no CPU time in accounting."""
+    return not m.source.host_series and m.cpu_efficiency_pct is None
+
+
+def _tasks_known(m: JobMetrics) -> bool:
+    """Accounting gave the task count of some step (ranks per node)."""
+    return m.steps is not None and m.steps.tasks_per_node_max is not None
+
+
+def _step_cpu_unknown(m: JobMetrics) -> bool:
+    """The job's steps were bound to fewer cores than the node gave it, and accounting gave
+    none of their CPU times: whether they kept their cores busy is unknown (the job-wide CPU
+    time divides by cores the steps never had)."""
+    st = m.steps
+    if st is None or st.cpu_efficiency_pct is not None or st.cpus_max is None:
+        return False
+    per_node = m.host_cores_allocated_per_node
+    return per_node is not None and st.cpus_max < per_node
 
 
 def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
@@ -508,14 +626,18 @@ def steps_cpu_bound(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
 
 
 def steps_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """Steps that failed, with the GPU-hours they spent; also inside a job that says
-    COMPLETED (its batch script exited 0 after its ``srun`` steps failed)."""
+    """Steps that failed on their own (``outcomes.StepEnd.OWN_FAILURE``), with the GPU-hours
+    they spent; also inside a job that says COMPLETED (its batch script exited 0 after its
+    ``srun`` steps failed). Steps Slurm ended (time limit, node failure, ``scancel``, the
+    job's end) are not the user's failures and are left to those findings. Critical when
+    every step failed."""
     st = m.steps
     if st is None or st.failed == 0:
         return []
     ev = {
         "steps": st.total,
         "steps_failed": st.failed,
+        "steps_ended_by_slurm": st.time_limit + st.node_failed + st.user_cancelled + st.job_end,
         "first_failed_exit_code": st.first_failed_exit_code,
         "gpu_hours_failed": _r(st.gpu_hours_failed, 3),
         "gpu_hours_estimated": int(st.gpu_hours_estimated),
@@ -578,7 +700,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         )
     if not (steady_low or tiny_kernels):
         return []
-    if not m.source.host_series and (m.cpu_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
+    if not m.source.host_series and (m.core_efficiency_pct or 0.0) >= s.cpu_saturated_pct:
         return []  # saturated cores and no host series: input-bound cannot be ruled out
     ev = {
         "duty_mean_pct": _r(duty),
@@ -592,6 +714,7 @@ def low_parallelism(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
         "busy_nearly_empty": int(tiny_kernels),
         "cpu_efficiency_pct": _r(m.cpu_efficiency_pct, 2),
         "gpus_used": m.gpus_used,
+        "whole_node": int(m.whole_node),
     }
     return [Finding(Code.LOW_PARALLELISM, Severity.WARNING, ev)]
 
@@ -779,21 +902,57 @@ def hardware_errors(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[
 
 
 def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
-    """A node of the job failed (the job or one of its steps ended NODE_FAIL): the site's
-    problem, not the user's; the GPU-hours the job had spent are reported as lost (work since
-    its last checkpoint is gone)."""
-    steps_down = m.steps.node_failed if m.steps is not None else 0
-    if job.state != "NODE_FAIL" and steps_down == 0:
+    """A node of the job failed: the job ended NODE_FAIL, or it says FAILED with a NODE_FAIL
+    step or a node-down reason (``outcomes.node_failure``). The site's problem, not the
+    user's: the GPU-hours the job had spent are reported as lost (work since its last
+    checkpoint is gone, which the records cannot date), with the GPU-hours it held after its
+    GPUs' last kernel (the failure's own cost)."""
+    if not m.node_failure:
         return []
+    steps_down = m.steps.node_failed if m.steps is not None else 0
     ev = {
         "gpu_hours_lost": _r(m.gpu_hours_allocated, 3),
+        "gpu_hours_after_progress": _r(m.gpu_hours_after_progress, 3),
         "gpus_allocated": m.gpus_allocated,
         "nodes": m.nnodes,
         "elapsed_s": m.elapsed_s,
         "steps_node_failed": steps_down,
         "job_node_failed": int(job.state == "NODE_FAIL"),
+        "job_state_failed": int(job.state == "FAILED"),
+        "node_down_reason": int(job.reason in NODE_DOWN_REASONS),
     }
     return [Finding(Code.NODE_FAILED, Severity.CRITICAL, ev)]
+
+
+def time_limit_reached(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """The job reached its time limit and Slurm ended it (and its running steps): the time
+    limit is the message, not the steps it ended."""
+    if job.state != "TIMEOUT":
+        return []
+    ev = {
+        "time_limit_s": m.time_limit_s,
+        "elapsed_s": m.elapsed_s,
+        "steps_ended_by_time_limit": m.steps.time_limit if m.steps is not None else 0,
+        "gpu_hours_allocated": _r(m.gpu_hours_allocated, 3),
+        "gpu_hours_after_progress": _r(m.gpu_hours_after_progress, 3),
+    }
+    return [Finding(Code.TIME_LIMIT_REACHED, Severity.WARNING, ev)]
+
+
+def steps_ended_with_job(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Finding]:
+    """Steps Slurm ended because the job ended (its batch script returned) or because they
+    were cancelled (``scancel``): said, as they are not failures; nothing when the time limit
+    or a node failure ended them (those findings say it)."""
+    st = m.steps
+    if st is None or st.user_cancelled + st.job_end == 0:
+        return []
+    ev = {
+        "steps": st.total,
+        "steps_cancelled": st.user_cancelled,
+        "steps_ended_with_job": st.job_end,
+        "job_cancelled": int(job.state == "CANCELLED"),
+    }
+    return [Finding(Code.STEPS_ENDED_WITH_JOB, Severity.INFO, ev)]
 
 
 #: The signals (``sourcecaps.SIGNALS``) each rule needs. A rule whose job's source lacks one
@@ -801,7 +960,6 @@ def node_failed(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Find
 #: instead. Rules not listed need only what every source has (the duty cycle, GPU memory)
 #: or accounting, or read signals that are ``None`` where missing and then stay silent.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "ranks_share_gpu": ("process_list",),
     "idle_head": ("timeline",),
     "idle_tail": ("timeline",),
     "idle_phases": ("timeline",),
@@ -853,7 +1011,12 @@ def cannot_tell(
     for sig in NEEDS_SIGNALS:
         if not getattr(m.source, sig):
             ev[f"lacks_{sig}"] = 1
-    interval = m.source.typical_interval_s
+    if _step_cpu_unknown(m):
+        ev["lacks_step_cpu_time"] = 1
+    if _cpu_unknown(m):
+        ev["lacks_job_cpu_time"] = 1
+    # The records' own interval (a site may scrape every 60 s where 30 s is usual).
+    interval = m.interval_s if m.interval_s else m.source.typical_interval_s
     ev["source_interval_s"] = interval
     return [Finding(Code.SOURCE_CANNOT_TELL, Severity.INFO, ev, Scope.JOB, m.source.label)]
 
@@ -886,7 +1049,9 @@ RULES: Sequence[Rule] = (
     throttled,
     hardware_errors,
     node_failed,
+    time_limit_reached,
     steps_failed,
+    steps_ended_with_job,
 )
 
 #: Causes a specific rule can explain low utilization with; without one, say so (cause 7).
@@ -929,5 +1094,56 @@ def diagnose(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> tuple[Findin
         found.extend(unexplained(m, job, s, found))
     # Findings a rule held back because the source cannot tell what would excuse them.
     withheld = [f.code for f in _cpu_overrequested(m, s) if _cores_idle_unexplained(m, s)]
-    found.extend(cannot_tell(m, skipped, found, withheld))
+    if not m.source.process_list and _diagnosable(m) and not _tasks_known(m):
+        # No process list and no step task count: ranks sharing a GPU cannot be told.
+        withheld.append(Code.RANKS_SHARE_GPU)
+    if _cpu_unknown(m) and _diagnosable(m):
+        # Neither the job's CPU time nor its host series: "the CPUs were not the bottleneck"
+        # (steady LOW_PARALLELISM) would be said of CPUs nobody measured.
+        held = [
+            f
+            for f in found
+            if f.code is Code.LOW_PARALLELISM and not f.evidence.get("busy_nearly_empty")
+        ]
+        found = [f for f in found if f not in held]
+        withheld.extend(f.code for f in held)
+    if _step_cpu_unknown(m) and _diagnosable(m):
+        # Steps bound to fewer cores than the node, without their CPU time: whether they were
+        # CPU-bound on their cores is unknown, so neither "the CPUs were not the bottleneck"
+        # (steady LOW_PARALLELISM) nor "too many cores" may be said.
+        held = [
+            f
+            for f in found
+            if f.code is Code.CPU_OVERREQUESTED
+            or (f.code is Code.LOW_PARALLELISM and not f.evidence.get("busy_nearly_empty"))
+        ]
+        found = [f for f in found if f not in held]
+        found = [f for f in found if f.code is not Code.LOW_UTILIZATION_UNEXPLAINED]
+        withheld.extend(f.code for f in held)
+        duty = _used_duty(m, s)
+        if duty is not None and duty < s.dataloader_max_duty_pct:
+            withheld.append(Code.STEPS_CPU_BOUND)
+    found.extend(cannot_tell(m, skipped, found, list(dict.fromkeys(withheld))))
+    found = _oversized_remedy(found, s)
     return tuple(sorted(found, key=lambda f: -f.severity.rank))
+
+
+def _oversized_remedy(found: list[Finding], s: AnalysisSettings) -> list[Finding]:
+    """``GPU_OVERSIZED`` says which cause its remedy belongs to: with ``LOW_PARALLELISM`` the
+    small work is cause 1's, whose remedy (more work per GPU) comes first; and a smaller GPU
+    or a MIG slice is named only where the site has them (``mig_partitions``,
+    ``smaller_gpu_types``): elsewhere the finding is a note."""
+    small = any(f.code is Code.LOW_PARALLELISM for f in found)
+    has_smaller = bool(s.mig_partitions or s.smaller_gpu_types)
+    out = []
+    for f in found:
+        if f.code is Code.GPU_OVERSIZED:
+            ev = {
+                **f.evidence,
+                "with_low_parallelism": int(small),
+                "site_has_smaller": int(has_smaller),
+            }
+            severity = f.severity if has_smaller else Severity.INFO
+            f = Finding(f.code, severity, ev, f.scope, f.subject)
+        out.append(f)
+    return out

@@ -111,7 +111,11 @@ class _HistoryPrefetch:
         for stored in past:
             job = stored.job
             metrics = job_metrics(job, stored.nodes, self.settings.analysis)
-            out.setdefault((job.user, job.job_name), []).append(PastJob.from_metrics(job, metrics))
+            # Its stored faults (warning, critical): the repeated-fault memory.
+            codes = [f.code for f in stored.findings if f.severity != "info"]
+            out.setdefault((job.user, job.job_name), []).append(
+                PastJob.from_metrics(job, metrics, codes)
+            )
         return out
 
 

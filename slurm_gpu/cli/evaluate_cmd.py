@@ -74,7 +74,9 @@ def cli(
     text = markdown(held, tuned)
     recorded = _recorded(recorded_dir, settings)
     if recorded:
-        text = text.rstrip("\n") + "\n" + "\n".join(recorded[0]) + "\n"
+        # Recorded traces weigh above synthetic ones: their section comes first.
+        head, sep, tail = text.partition("\n## Held-out corpus")
+        text = head.rstrip("\n") + "\n" + "\n".join(recorded[0]).rstrip("\n") + "\n" + sep + tail
     if write_path:
         try:
             Path(write_path).write_text(text, encoding="utf-8")

@@ -209,6 +209,20 @@ class AnalysisSettings:
         "allocation (--exclusive or an exclusive partition).",
         min=1,
     )
+    threads_per_core: int = setting(
+        0,
+        "Hardware threads per physical core on the GPU nodes (2 with SMT/Hyper-Threading, 1 "
+        "without), where Slurm counts threads as CPUs; 0: unknown. Host-bound judgements then "
+        "count physical cores (48 cores of a 96-thread allocation all busy is 100 %, not 50 %); "
+        "unknown, they count Slurm's CPUs and the findings say so.",
+        min=0,
+    )
+    ranks_per_gpu_min: int = setting(
+        4,
+        "Compute processes on every used GPU of a node from which ranks sharing (time-slicing) "
+        "the GPUs are named, when no GPU of the node sat idle with a context.",
+        min=2,
+    )
     throttle_min_pct: float = setting(
         10.0, "Throttled for at least this share of the job is reported to the site.", min=0
     )
@@ -232,6 +246,14 @@ class AnalysisSettings:
     mem_round_bytes: int = setting(1024**3, "--mem is rounded up to a multiple of this.", min=1)
     mig_partitions: tuple[str, ...] = setting(
         [], "Partitions whose GPUs are MIG slices; empty: never recommend a MIG profile."
+    )
+    smaller_gpu_types: tuple[str, ...] = setting(
+        [],
+        "GPU types smaller than the whole GPUs jobs usually get, each 'type:memory_GiB' or "
+        "'partition:type:memory_GiB' (the type as gres.conf names it). GPU_OVERSIZED then "
+        "suggests the smallest that holds the job's GPU memory peak plus headroom, with its "
+        "exact request; empty (and no mig_partitions): never a smaller GPU, and the remedy is "
+        "more work per GPU.",
     )
     mig_profiles: tuple[str, ...] = setting(
         ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],

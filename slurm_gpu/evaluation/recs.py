@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_gpu.analysis import Analysis, Option, Recommendation
+from slurm_gpu.analysis.request import Request, request_of
+from slurm_gpu.records import JobRecord
 
 #: sbatch's long options that a resource recommendation may set (sbatch(1), Slurm 22.05–25.05).
 SBATCH_OPTIONS: frozenset[str] = frozenset(
@@ -43,6 +45,12 @@ _LINE = re.compile(r"^#SBATCH (--[a-z][a-z-]*)(?:=(\S+))?$")
 _VALUES: dict[str, re.Pattern[str]] = {
     "--gres": re.compile(r"^gpu:(?:[A-Za-z0-9_.-]+:)?\d+$|^gpu:[0-9]g\.\d+gb(?::\d+)?$"),
     "--gpus": re.compile(r"^(?:[A-Za-z0-9_.-]+:)?\d+$"),
+    "--gpus-per-node": re.compile(r"^(?:[A-Za-z0-9_.-]+:)?\d+$"),
+    "--gpus-per-task": re.compile(r"^(?:[A-Za-z0-9_.-]+:)?\d+$"),
+    "--ntasks": re.compile(r"^[1-9]\d*$"),
+    "--ntasks-per-node": re.compile(r"^[1-9]\d*$"),
+    "--mem-per-gpu": re.compile(r"^[1-9]\d*[KMGT]?$"),
+    "--mem-per-cpu": re.compile(r"^[1-9]\d*[KMGT]?$"),
     "--cpus-per-gpu": re.compile(r"^[1-9]\d*$"),
     "--cpus-per-task": re.compile(r"^[1-9]\d*$"),
     "--mem": re.compile(r"^[1-9]\d*[KMGT]?$"),
@@ -90,14 +98,18 @@ def _gpu_count(value: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def check(analysis: Analysis) -> RecCheck:
-    """Check the recommendation set of one analysed job."""
+def check(analysis: Analysis, job: JobRecord | None = None) -> RecCheck:
+    """Check the recommendation set of one analysed job; ``job``: its accounting record, whose
+    request style (``analysis.request``) says how the lines are read (per node, per task, per
+    GPU), and whether its cores come per GPU."""
     m = analysis.metrics
+    req = request_of(job) if job is not None else Request()
     recs: Sequence[Recommendation] = analysis.recommendations
     invalid: list[str] = []
     below: list[str] = []
     seen: dict[str, int] = {}
     not_actionable: list[str] = []
+    nodes = max(m.nnodes, 1)
     gpus_after = m.gpus_allocated
     values: dict[str, str] = {}
     for r in recs:
@@ -115,22 +127,46 @@ def check(analysis: Analysis) -> RecCheck:
             values[flag] = value
         if m.whole_node and r.option in (Option.GPUS, Option.CPUS_PER_GPU, Option.MEMORY):
             not_actionable.append(r.option.value)
-    for flag in ("--gres", "--gpus"):
+    # The GPUs each form asks for in all: --gres and --gpus-per-node per node, --gpus in all,
+    # --ntasks times the job's --gpus-per-task.
+    per_node_forms = {"--gres": nodes, "--gpus-per-node": nodes, "--gpus": 1}
+    said = ""
+    for flag, times in per_node_forms.items():
         if flag in values and (count := _gpu_count(values[flag])) is not None:
-            gpus_after = count
-            if count < m.gpus_used:
-                below.append(f"{flag}={values[flag]} < {m.gpus_used} GPUs used")
-    for flag in ("--cpus-per-gpu", "--cpus-per-task"):
-        if flag in values and m.host_cores_peak is not None:
-            per_node = max(1, gpus_after // max(m.nnodes, 1)) if flag == "--cpus-per-gpu" else 1
+            gpus_after, said = count * times, f"{flag}={values[flag]}"
+    if "--ntasks" in values and req.gpus_per_task:
+        gpus_after = int(values["--ntasks"]) * req.gpus_per_task
+        said = f"--ntasks={values['--ntasks']}"
+    if gpus_after < m.gpus_used:
+        below.append(f"{said}: {gpus_after} GPUs < {m.gpus_used} GPUs used")
+    gpus_per_node = max(1, gpus_after // nodes)
+    cpu_flags = [f for f in ("--cpus-per-gpu", "--cpus-per-task") if f in values]
+    if m.host_cores_peak is not None:
+        for flag in cpu_flags:
+            if flag == "--cpus-per-gpu":
+                per_node = gpus_per_node if m.gpus_allocated else 1
+            elif req.gpu_form == "gpus-per-task" and req.gpus_per_task:
+                per_node = max(1, gpus_per_node // req.gpus_per_task)
+            else:
+                per_node = max(1, (req.ntasks or 1) // nodes)
             cores = int(values[flag]) * per_node
             if cores < math.floor(m.host_cores_peak):
                 below.append(f"{flag}={values[flag]} gives {cores} cores < peak")
+        if not cpu_flags and req.cores_per_gpu and gpus_after < m.gpus_allocated:
+            # A GPU cut takes its cores with it where they come per GPU.
+            per_gpu = (m.host_cores_allocated_per_node or m.ncpus) / (m.gpus_allocated / nodes)
+            if per_gpu * gpus_per_node < math.floor(m.host_cores_peak):
+                below.append(f"{gpus_after} GPUs leave {per_gpu * gpus_per_node:g} cores < peak")
+    peaks = [v for v in (m.host_rss_peak_bytes, m.mem_used_bytes) if v is not None]
+    mem_per_node = None
     if "--mem" in values:
-        proposed = _mem_bytes(values["--mem"])
-        peaks = [v for v in (m.host_rss_peak_bytes, m.mem_used_bytes) if v is not None]
-        if proposed is not None and peaks and proposed < max(peaks):
-            below.append(f"--mem={values['--mem']} < memory peak")
+        mem_per_node = _mem_bytes(values["--mem"])
+    elif "--mem-per-gpu" in values and (each := _mem_bytes(values["--mem-per-gpu"])):
+        mem_per_node = each * gpus_per_node
+    elif "--mem-per-cpu" in values and (each := _mem_bytes(values["--mem-per-cpu"])):
+        mem_per_node = each * int(m.host_cores_allocated_per_node or m.ncpus)
+    if mem_per_node is not None and peaks and mem_per_node < max(peaks):
+        below.append(f"{mem_per_node} bytes per node < memory peak")
     if "--time" in values:
         proposed_s = _seconds(values["--time"])
         if proposed_s is not None and proposed_s < m.elapsed_s:

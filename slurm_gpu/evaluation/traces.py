@@ -67,6 +67,13 @@ LABELS: dict[str, frozenset[int | str]] = {
     # Busy at low power like busy-empty, but streaming memory (bandwidth-bound kernels): a
     # larger batch would not help, so nothing is expected.
     "memory-bound": frozenset(),
+    # Issue 26: steps ended by Slurm, sources that lack a deciding signal, host-bound jobs at
+    # moderate duty, ranks sharing a GPU told from accounting.
+    "timeout-steps": frozenset({"outcome"}),
+    "node-fail-failed": frozenset({"site"}),
+    "task-farm-no-step-cpu": frozenset(),
+    "host-bound": frozenset({2}),
+    "ranks-no-process-list": frozenset({6}),
 }
 
 #: ... and the causes that are also true of how the pattern is generated, so reporting them is
@@ -77,6 +84,10 @@ TOLERATED: dict[str, frozenset[int | str]] = {
     "ranks-one-gpu": frozenset({5}),
     # A node that failed mid-job leaves its GPUs idle to the end and its job over time.
     "node-fail": frozenset({6}),
+    "node-fail-failed": frozenset({6}),
+    # The farm's recurring idle phases are true (cause 6), whatever its steps' CPU time.
+    "task-farm-no-step-cpu": frozenset({6}),
+    "ranks-no-process-list": frozenset({5}),
 }
 
 #: Pattern -> the finding codes of which one must appear (a stricter check than the cause).
@@ -100,6 +111,11 @@ EXPECTED_CODE: dict[str, tuple[str, ...]] = {
     "whole-node": (),
     "node-fail": ("NODE_FAILED",),
     "memory-bound": (),
+    "timeout-steps": ("TIME_LIMIT_REACHED",),
+    "node-fail-failed": ("NODE_FAILED",),
+    "task-farm-no-step-cpu": ("SOURCE_CANNOT_TELL",),
+    "host-bound": ("DATALOADER_BOUND",),
+    "ranks-no-process-list": ("RANKS_SHARE_GPU",),
 }
 
 PATTERNS: tuple[str, ...] = tuple(LABELS)
@@ -118,6 +134,12 @@ class Trace:
     tolerated: frozenset[int | str] = field(default_factory=frozenset)
     params: tuple[tuple[str, float], ...] = ()
     """The drawn parameters, for the table and for reproducing a failure."""
+    margin: str = "clear"
+    """How far the pattern's deciding parameter lies from its ground-truth line
+    (``TRUTH_LINES``): ``clear``, ``near`` or ``ambiguous`` (``margin_of``)."""
+    expected: tuple[str, ...] | None = None
+    """The finding codes of which one must appear, where it differs from the pattern's
+    (``()``: a trace drawn on the healthy side of its pattern's line expects none)."""
 
 
 @dataclass(slots=True)
@@ -172,6 +194,42 @@ class _Plan:
     """Cores the site allocates per node whatever the request (a whole-node site); the job
     requested ``cpus_per_gpu`` per GPU."""
     steps: list[JobStep] = field(default_factory=list)
+    source: str = "synthetic"
+    """The telemetry source the node records name (``dcgm-exporter``: no process list, no
+    host series)."""
+    truth: tuple[str, float] | None = None
+    """(the pattern's deciding parameter, its drawn value) for patterns drawn across their
+    ground-truth line (``TRUTH_LINES``)."""
+
+
+#: The ground truth of the patterns drawn across a line: (parameter, line, True when the
+#: pattern holds at or above it). These are the patterns' definitions, fixed here and not read
+#: from the settings: a job within 5 % of its GPU memory is one step from out-of-memory; GPUs
+#: whose mean duty cycles differ by 30 points or more work unequally; a limit 2.5 times the
+#: elapsed time or more is over-requested (40 % used); a busy GPU under 35 % of its power
+#: limit is nearly empty; an idle tail of 600 s or more (in 12-28 % of the job) is one. The
+#: generators draw on both sides of each line, so the rules (whose thresholds sit on the same
+#: lines, and whose graded findings are notes within ``near_threshold_band_pct`` of them) can
+#: disagree with the labels near it.
+TRUTH_LINES: dict[str, tuple[str, float, bool]] = {
+    "near-oom": ("memory_frac", 0.95, True),
+    "imbalance": ("spread_pct", 30.0, True),
+    "overtime": ("limit_factor", 2.5, True),
+    "busy-empty": ("power_frac", 0.35, False),
+    "idle-tail": ("tail_s", 600.0, True),
+}
+#: Relative distance from the line (percent of it) below which a trace is ``ambiguous``, and
+#: below which it is ``near``; ``clear`` beyond.
+AMBIGUOUS_PCT = 3.0
+NEAR_PCT = 15.0
+
+
+def margin_of(value: float, line: float) -> str:
+    """``clear``, ``near`` or ``ambiguous``: the relative distance of ``value`` from ``line``."""
+    distance = 100.0 * abs(value - line) / line
+    if distance < AMBIGUOUS_PCT:
+        return "ambiguous"
+    return "near" if distance < NEAR_PCT else "clear"
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -344,12 +402,16 @@ def _no_amp(p: _Plan) -> None:
 
 def _near_oom(p: _Plan) -> None:
     rng = p.rng
-    if rng.random() < 0.3:
+    failed = rng.random() < 0.3
+    # The job's peak, drawn across the 95 % line (each GPU a little below it).
+    peak = rng.uniform(0.75, 0.995)
+    p.truth = ("memory_frac", peak)
+    if failed and peak >= 0.95:
         p.state = "FAILED"
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
-        gpu.memory_frac = rng.uniform(0.96, 0.995)
+        gpu.memory_frac = peak if n == 0 and g == 0 else rng.uniform(0.8 * peak, peak)
         return gpu
 
     _fill(p, make)
@@ -364,12 +426,15 @@ def _imbalance(p: _Plan) -> None:
         p.gpus_per_node = rng.choice((2, 4, 8))
         slow_node = False
     fast = rng.uniform(80, 97)
+    # The spread of the mean duty cycles, drawn across the 30-point line.
+    spread = rng.uniform(15.0, 55.0)
+    p.truth = ("spread_pct", spread)
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
         busy = (n == 0) if slow_node else (g == 0)
-        lo, hi = (fast - 5, fast) if busy else (fast - 75, fast - 35)
-        gpu.duty = _steady(rng, max(3.0, lo), max(8.0, hi))
+        level = fast if busy else fast - spread
+        gpu.duty = _steady(rng, level - 1.0, level + 1.0, dips=False)
         return gpu
 
     _fill(p, make)
@@ -397,16 +462,24 @@ def _comm_wait(p: _Plan) -> None:
 
 def _overtime(p: _Plan) -> None:
     rng = p.rng
-    p.elapsed_s = max(p.elapsed_s, 1200)
-    p.time_limit_factor = max(rng.uniform(2.6, 20.0), 1 + 3700 / p.elapsed_s)
+    # The limit over the elapsed time, drawn across the 2.5 line (40 % of the limit used);
+    # long enough that the unused time is always over an hour (time_unused_min_s).
+    factor = math.exp(rng.uniform(math.log(1.6), math.log(8.0)))
+    p.truth = ("limit_factor", factor)
+    p.elapsed_s = max(p.elapsed_s, 1200, int(3700 / (factor - 1)) + 1)
+    p.time_limit_factor = factor
     _healthy(p)
 
 
 def _idle_tail(p: _Plan) -> None:
     rng = p.rng
-    frac = rng.uniform(0.12, 0.5)
-    p.elapsed_s = max(p.elapsed_s, int(1.3 * 600 / frac) + 1)
-    end = p.elapsed_s * (1 - frac)
+    # The tail's length, drawn across the 600 s line, in 12-28 % of the job (a share that
+    # alone makes no tail: idle_edge_major_pct is 30).
+    frac = rng.uniform(0.12, 0.28)
+    tail = rng.uniform(300.0, 1500.0)
+    p.truth = ("tail_s", tail)
+    p.elapsed_s = int(tail / frac)
+    end = p.elapsed_s - tail
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
@@ -519,6 +592,7 @@ def _busy_low_power(
     p: _Plan,
     mem_bw_of: Callable[[random.Random], float | None],
     memory_frac: tuple[float, float],
+    power: tuple[float, float] = (0.2, 0.32),
 ) -> None:
     """A kernel nearly always running (93-99 % duty) at a fifth to a third of the power limit,
     no SM-activity metric (no DCGM profiling); ``mem_bw_of`` draws the memory controller's
@@ -526,7 +600,8 @@ def _busy_low_power(
     rng = p.rng
     p.gpm = False
     p.cpu_frac = _const(rng.uniform(0.3, 0.6))
-    frac = rng.uniform(0.2, 0.32)
+    frac = rng.uniform(*power)
+    p.truth = ("power_frac", frac)
     mem_bw = mem_bw_of(rng)
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
@@ -545,7 +620,10 @@ def _busy_empty(p: _Plan) -> None:
     quarter of its power limit and moves little memory, as the site's source reports it (or
     not at all: the power proxy alone then)."""
     _busy_low_power(
-        p, lambda rng: rng.uniform(0.03, 0.12) if rng.random() < 0.5 else None, (0.3, 0.7)
+        p,
+        lambda rng: rng.uniform(0.03, 0.12) if rng.random() < 0.5 else None,
+        (0.3, 0.7),
+        power=(0.2, 0.5),  # across the 35 % line
     )
 
 
@@ -578,6 +656,97 @@ def _node_fail(p: _Plan) -> None:
     _fill(p, lambda p, n, g: _healthy_gpu(p))
 
 
+def _killed_steps(p: _Plan, first: str | None = None) -> None:
+    """One srun step per node, running to the job's end, where Slurm ended them (CANCELLED
+    0:15 or FAILED 0:9, the first one ``first`` where given)."""
+    end = 1.7e9 + p.elapsed_s
+    for n in range(p.nodes):
+        st = first if n == 0 and first else p.rng.choice(("CANCELLED", "FAILED"))
+        sig = 0 if st == "NODE_FAIL" else (15 if st == "CANCELLED" else 9)
+        p.steps.append(
+            JobStep(
+                str(n),
+                p.cpus_per_gpu * p.gpus_per_node,
+                p.gpus_per_node,
+                1,
+                st,
+                0,
+                sig,
+                p.elapsed_s - 30,
+                None,
+                tasks=p.gpus_per_node,
+                end_s=end - p.rng.uniform(0, 60),
+            )
+        )
+
+
+def _timeout_steps(p: _Plan) -> None:
+    """A healthy job that reached its time limit: Slurm ended it and its running steps."""
+    _healthy(p)
+    p.state = "TIMEOUT"
+    p.time_limit_factor = 1.0
+    _killed_steps(p)
+
+
+def _node_fail_failed(p: _Plan) -> None:
+    """A multi-node job that says FAILED after a node failed: one step NODE_FAIL, the others
+    ended by Slurm at the end."""
+    rng = p.rng
+    p.nodes = rng.choice((2, 4))
+    p.gpus_per_node = rng.choice((2, 4))
+    p.state = "FAILED"
+    _fill(p, lambda p, n, g: _healthy_gpu(p))
+    _killed_steps(p, first="NODE_FAIL")
+
+
+def _task_farm_no_step_cpu(p: _Plan) -> None:
+    """The task farm read from dcgm-exporter every 60 s, with accounting that kept no step's
+    CPU time: whether the steps were CPU-bound cannot be told."""
+    _farm(p, failing=False)
+    p.interval_s = 60.0
+    p.source = "dcgm-exporter"
+    p.steps = [
+        JobStep(st.step_id, st.cpus, st.gpus, st.nodes, st.state, 0, 0, st.elapsed_s, None)
+        for st in p.steps
+    ]
+
+
+def _host_bound(p: _Plan) -> None:
+    """GPUs at 55-78 % while every core of the allocation is pinned (a molecular-dynamics
+    job whose host part holds the GPUs back)."""
+    rng = p.rng
+    p.cpu_frac = _const(rng.uniform(0.94, 1.0))
+    level = rng.uniform(55, 78)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.duty = _steady(rng, level - 3, level + 3)
+        return gpu
+
+    _fill(p, make)
+
+
+def _ranks_no_process_list(p: _Plan) -> None:
+    """``ranks-one-gpu`` read from dcgm-exporter (no process list): one step's ranks, one
+    per allocated GPU, all on the first."""
+    _ranks_one_gpu(p)
+    p.source = "dcgm-exporter"
+    p.steps = [
+        JobStep(
+            "0",
+            p.cpus_per_gpu * p.gpus_per_node,
+            p.gpus_per_node,
+            1,
+            "COMPLETED",
+            0,
+            0,
+            p.elapsed_s,
+            None,
+            tasks=p.gpus_per_node,
+        )
+    ]
+
+
 _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "healthy": _healthy,
     "idle-gpu": _idle_gpu,
@@ -598,6 +767,11 @@ _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "memory-bound": _memory_bound,
     "whole-node": _whole_node,
     "node-fail": _node_fail,
+    "timeout-steps": _timeout_steps,
+    "node-fail-failed": _node_fail_failed,
+    "task-farm-no-step-cpu": _task_farm_no_step_cpu,
+    "host-bound": _host_bound,
+    "ranks-no-process-list": _ranks_no_process_list,
 }
 
 
@@ -633,7 +807,7 @@ def _node_record(
         hostname=host,
         uid=1000,
         interval_s=p.interval_s,
-        source="synthetic",
+        source=p.source,
         gpus=infos,
         started_s=start_s,
         idle_threshold_pct=1.0,
@@ -726,8 +900,19 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
             nodes=p.nodes,
             gpus=gpus,
         )
-    if p.steps:
-        cpu_s = sum(st.total_cpu_s or 0.0 for st in p.steps)
+    step_cpu = [st.total_cpu_s for st in p.steps if st.total_cpu_s is not None]
+    if step_cpu:
+        cpu_s = sum(step_cpu)
+    # Drawn after the readings, so the request's style leaves every other draw as it was.
+    submit_line, typed = _submit_line(p, mem_per_node)
+    if typed:
+        tres = Tres(
+            cpus=tres.cpus,
+            mem_bytes=tres.mem_bytes,
+            nodes=tres.nodes,
+            gpus=tres.gpus,
+            gpu_types=((typed, gpus),),
+        )
     start = 1.7e9
     return JobRecord(
         job_id=job_id,
@@ -766,7 +951,57 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         mail_user=None,
         mail_type=None,
         steps=tuple(p.steps),
+        submit_line=submit_line,
     )
+
+
+#: The request styles a synthetic job is submitted in (``analysis.request``).
+GPU_STYLES = ("gres", "gres-typed", "gpus", "gpus-per-node", "gpus-per-task")
+CPU_STYLES = ("cpus-per-gpu", "cpus-per-task")
+MEM_STYLES = ("mem", "mem-per-gpu", "mem-per-cpu")
+
+
+def _gpu_type_name(model: str) -> str:
+    """``NVIDIA A100-SXM4-40GB`` -> ``a100``: the GRES type a site would give the model."""
+    for word in model.replace("-", " ").split():
+        if word[:1] in "AHVL" and word[1:2].isdigit():
+            return word.lower()
+    return "gpu"
+
+
+def _submit_line(p: _Plan, mem_per_node: int) -> tuple[str, str | None]:
+    """(the sbatch command line of the job, in a drawn request style; the GPU type it names,
+    if any)."""
+    rng = p.rng
+    gpu_style = rng.choice(GPU_STYLES)
+    cpu_style = rng.choice(CPU_STYLES)
+    mem_style = rng.choice(MEM_STYLES)
+    per_node, nodes = p.gpus_per_node, p.nodes
+    typed = _gpu_type_name(p.model[0]) if gpu_style == "gres-typed" else None
+    words = ["sbatch", f"--nodes={nodes}"]
+    if gpu_style in ("gres", "gres-typed"):
+        words.append(f"--gres=gpu:{typed + ':' if typed else ''}{per_node}")
+    elif gpu_style == "gpus":
+        words.append(f"--gpus={per_node * nodes}")
+    elif gpu_style == "gpus-per-node":
+        words.append(f"--gpus-per-node={per_node}")
+    else:
+        words += [f"--ntasks={per_node * nodes}", "--gpus-per-task=1"]
+    if cpu_style == "cpus-per-gpu":
+        words.append(f"--cpus-per-gpu={p.cpus_per_gpu}")
+    elif gpu_style == "gpus-per-task":
+        words.append(f"--cpus-per-task={p.cpus_per_gpu}")
+    else:
+        words.append(f"--cpus-per-task={p.cpus_per_gpu * per_node}")
+    mib = 1024**2
+    if mem_style == "mem-per-gpu":
+        words.append(f"--mem-per-gpu={mem_per_node // per_node // mib}M")
+    elif mem_style == "mem-per-cpu":
+        words.append(f"--mem-per-cpu={mem_per_node // (p.cpus_per_gpu * per_node) // mib}M")
+    else:
+        words.append(f"--mem={mem_per_node // mib}M")
+    words.append("job.sh")
+    return " ".join(words), typed
 
 
 def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:
@@ -787,22 +1022,33 @@ def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:
         _node_record(plan, job_id, host, plan.gpus[n], start) for n, host in enumerate(hosts)
     )
     job = _job(plan, job_id, hosts, nodes)
-    params = (
+    params: tuple[tuple[str, float], ...] = (
         ("elapsed_s", float(plan.elapsed_s)),
         ("interval_s", plan.interval_s),
         ("gpus", float(plan.nodes * plan.gpus_per_node)),
         ("nodes", float(plan.nodes)),
         ("noise_pct", round(plan.noise_pct, 2)),
     )
+    labels, margin, expected = LABELS[pattern], "clear", None
+    line = TRUTH_LINES.get(pattern)
+    if plan.truth is not None and line is not None:
+        name, value = plan.truth
+        holds = value >= line[1] if line[2] else value < line[1]
+        params += ((name, round(value, 4)),)
+        margin = margin_of(value, line[1])
+        if not holds:
+            labels, expected = frozenset(), ()
     return Trace(
         name=f"{pattern}-{seed}",
         pattern=pattern,
         seed=seed,
         job=job,
         nodes=nodes,
-        labels=LABELS[pattern],
+        labels=labels,
         tolerated=TOLERATED.get(pattern, frozenset()),
         params=params,
+        margin=margin,
+        expected=expected,
     )
 
 

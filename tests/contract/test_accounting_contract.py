@@ -14,7 +14,7 @@ from fake_pyslurm import Job, JobStatistics, make_module, tres
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.accounting.pyslurm_source import PyslurmSource
 from slurm_gpu.accounting.runner import CommandResult
-from slurm_gpu.accounting.sacct import FIELDS, SacctSource, split_records
+from slurm_gpu.accounting.sacct import FIELDS, TEXT_FIELDS, SacctSource, split_records
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.textsafe import REPLACEMENT
 
@@ -144,7 +144,16 @@ IDS = ["2", "4", "6", "8", "5_2", "11+1", "17"]
 
 
 #: The recorded file's fields: one query, user strings included (tests/data/sacct/README.md).
-RECORDED_FIELDS = (*FIELDS[:-2], "JobName", "Comment", "AdminComment", "WorkDir", "JobIDRaw")
+RECORDED_FIELDS = (
+    *FIELDS[: FIELDS.index("AdminComment")],
+    "JobName",
+    "Comment",
+    "AdminComment",
+    "WorkDir",
+    "JobIDRaw",
+)
+#: Fields asked for since the file was recorded (``NTasks``, ``Reason``): empty, as unknown.
+LATER_FIELDS = dict.fromkeys([f for f in (*FIELDS, *TEXT_FIELDS) if f not in RECORDED_FIELDS], "")
 
 
 class Replay:
@@ -153,7 +162,9 @@ class Replay:
 
     def __init__(self, stdout: bytes, returncode: int = 0, stderr: str = "") -> None:
         records, _ = split_records(stdout.decode(), RECORDED_FIELDS)
-        self.rows = [dict(zip(RECORDED_FIELDS, r, strict=True)) for r in records]
+        self.rows = [
+            {**LATER_FIELDS, **dict(zip(RECORDED_FIELDS, r, strict=True))} for r in records
+        ]
         self.returncode, self.stderr = returncode, stderr
         self.calls = 0
 

@@ -41,7 +41,8 @@ def test_demo_run_shows_diagnosis_mail_and_report(tmp_path: Path) -> None:
     text = proc.stdout
     assert "sgtest1$ gpueff" in text
     assert "An allocated GPU was never used (cause 6)" in text
-    assert "#SBATCH --gres=gpu:a100:1" in text
+    # The script asked --gres=gpu:2 (no type): the advice adds none (issue 26, point 5).
+    assert "#SBATCH --gres=gpu:1" in text and "gpu:a100:1" not in text
     saved = sorted((out / "gpueff").glob("*.txt"))
     assert [p.name.split("-", 1)[1] for p in saved] == ["healthy.txt", "idle-gpu.txt"]
     mails = sorted((out / "mail").glob("*.eml"))

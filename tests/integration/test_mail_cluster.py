@@ -249,7 +249,8 @@ def test_end_mail_is_one_enriched_message(sink: Sink) -> None:
     # The stored record made it in: per-GPU numbers, a finding and the request to use next time.
     assert "NO PROCESS EVER RAN" in text
     assert "An allocated GPU was never used (cause 6)" in text
-    assert "#SBATCH --gres=gpu:a100:1" in text
+    # The script asked --gres=gpu:2 (no type): the advice adds none (issue 26, point 5).
+    assert "#SBATCH --gres=gpu:1" in text and "gpu:a100:1" not in text
     assert f"gpueff {job_id}" in text
     # The enriched path did not also hand the mail to the plain mail program.
     assert _fallback_records(job_id) == []

@@ -65,6 +65,9 @@ BASE: dict[str, str] = {
     "JobName": "victim-training",
     "Comment": "",
     "AdminComment": "",
+    "NTasks": "",
+    "Reason": "None",
+    "SubmitLine": "",
     "WorkDir": "/home/sgtest2/run",
 }
 

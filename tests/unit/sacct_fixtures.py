@@ -66,6 +66,9 @@ BASE_ROW: dict[str, str] = {
     "JobName": "train",
     "Comment": "",
     "AdminComment": "",
+    "NTasks": "",
+    "Reason": "None",
+    "SubmitLine": "",
     "WorkDir": "/home/sgtest1",
 }
 
@@ -133,10 +136,13 @@ def render_for(rows: Sequence[Mapping[str, str]], argv: Sequence[str]) -> bytes:
 
 
 def recorded_rows(path: Path) -> list[dict[str, str]]:
-    """The records of a recorded file of tests/data/sacct (``RECORDED_FIELDS``), as rows."""
+    """The records of a recorded file of tests/data/sacct (``RECORDED_FIELDS``), as rows; the
+    fields asked for since (``NTasks``, ``Reason``) empty, as sacct prints an unknown."""
     records, skipped = split_records(path.read_bytes().decode("utf-8"), RECORDED_FIELDS)
     assert records and not skipped, f"{path} is not in the recorded format"
-    return [dict(zip(RECORDED_FIELDS, values, strict=True)) for values in records]
+    asked = [*FIELDS, *TEXT_FIELDS]
+    later = dict.fromkeys([f for f in asked if f not in RECORDED_FIELDS], "")
+    return [{**later, **dict(zip(RECORDED_FIELDS, values, strict=True))} for values in records]
 
 
 class ReplayRunner:

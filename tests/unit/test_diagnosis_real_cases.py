@@ -148,9 +148,13 @@ def test_cfd_four_mpi_ranks_on_one_gpu_get_binding_advice_not_fewer_gpus() -> No
     assert shared is not None and shared.evidence["processes_on_busy_gpu"] == 4
     assert shared.evidence["gpus_context_only"] == 3
     assert not [r for r in a.recommendations if r.option is Option.GPUS]
-    text = text_of(a, Code.GPU_UNUSED)
+    # One finding for the one fault: the three context-only GPUs are the sharing's, not
+    # three more "never used" paragraphs with the same advice (issue 26, point 6).
+    assert finding(a, Code.GPU_UNUSED) is None
+    assert shared.severity is Severity.CRITICAL and shared.evidence["gpu_hours_wasted"] == 3.0
+    text = text_of(a, Code.RANKS_SHARE_GPU)
     assert "--gpus-per-task=1" in text and "request only those" not in text
-    assert "no process ever opened it" not in text and "held a context" in text
+    assert "3 other allocated GPUs held only a context" in text and "3.00 GPU-hours idle" in text
 
 
 def test_unreadable_process_list_is_not_worded_as_no_process() -> None:
@@ -328,6 +332,7 @@ def test_memory_recommendation_is_shown_as_mem_not_memory() -> None:
 
 
 def test_recommended_cores_and_memory_never_fall_below_observed_peak() -> None:
+    checked = {Option.CPUS_PER_GPU: 0, Option.MEMORY: 0}
     for a in _all_analyses():
         m = a.metrics
         gpus_after = m.gpus_allocated
@@ -336,12 +341,16 @@ def test_recommended_cores_and_memory_never_fall_below_observed_peak() -> None:
                 gpus_after = int(r.safe_because["gpus_used_max"] or 0)
         for r in a.recommendations:
             if r.option is Option.CPUS_PER_GPU and m.host_cores_peak is not None:
+                checked[r.option] += 1
                 per_node = max(1, gpus_after // m.nnodes) if m.gpus_allocated else 1
                 need = m.host_cores_peak * (1 + S.headroom_cpu_pct / 100.0)
                 assert int(r.proposed) * per_node >= math.floor(need), (a.job_id, r)
             if r.option is Option.MEMORY and m.host_rss_peak_bytes is not None:
+                checked[r.option] += 1
                 line = r.sbatch_lines[0]
                 assert line.startswith("#SBATCH --mem=")
                 value = line.split("=", 1)[1]
                 size = int(value[:-1]) * (GIB if value.endswith("G") else 1024**2)
                 assert size >= m.host_rss_peak_bytes, (a.job_id, r)
+    # Both branches were taken: the set holds CPU and memory proposals to judge.
+    assert all(checked.values()), checked

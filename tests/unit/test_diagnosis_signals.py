@@ -90,7 +90,8 @@ def test_idle_gpus_of_a_node_whose_process_list_failed_are_not_said_to_have_no_p
     rec = _unreadable_node([0.0, 0.0])
     a = analyze(job(gpus=2, cpus=4, total_cpu=2.0 * 3600), [rec], S)
     unused = [f for f in a.findings if f.code is Code.GPU_UNUSED]
-    assert len(unused) == 2
+    # One finding for both (the same cause and remedy), naming both GPUs.
+    assert len(unused) == 1 and unused[0].evidence["gpus_unused"] == 2
     assert all(f.evidence["process_seen"] is None for f in unused)
     text = wording(ENV, unused[0])[1]
     assert "could not be read" in text and "no compute process was seen" not in text

@@ -10,11 +10,11 @@ import pytest
 from analysis_factory import GIB, T0, gpu, host, job, node, timeline
 from click.testing import CliRunner
 
-from slurm_gpu.analysis import Code, Finding, analyze
+from slurm_gpu.analysis import Code, Finding, PastJob, analyze
 from slurm_gpu.analysis.wording import environment, template_name, wording
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
-from slurm_gpu.evaluation.score import run
+from slurm_gpu.evaluation.score import run, score
 from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
 from slurm_gpu.records import JobStep, StackSummary
 
@@ -27,7 +27,11 @@ HELD_OUT_SEEDS = (3, 4)
 
 @pytest.mark.parametrize("seed", HELD_OUT_SEEDS)
 def test_targets_hold_on_held_out_seeds(seed: int) -> None:
-    ev = run(corpus(4, seed), S, seed=seed, n_per_pattern=4)
+    full = run(corpus(4, seed), S, seed=seed, n_per_pattern=4)
+    # The targets hold clear of the ground-truth lines; near them the labels and the rules
+    # may disagree, and the evaluation says how often (margins), not a target.
+    ev = score([r for r in full.results if r.margin == "clear"], seed=seed, n_per_pattern=4)
+    assert {m.margin for m in full.margins} == {"clear", "near", "ambiguous"}
     for c in ev.causes:
         if c.labelled:
             assert c.recall is not None and c.recall >= 0.9, c
@@ -42,6 +46,31 @@ def test_targets_hold_on_held_out_seeds(seed: int) -> None:
         0,
         0,
     )
+
+
+def test_generators_draw_across_each_ground_truth_line_and_label_by_it() -> None:
+    # Issue 26, point 9: ranges that span the line, labels from the pattern's truth.
+    from slurm_gpu.evaluation.traces import TRUTH_LINES
+
+    for pattern, (name, line, above) in TRUTH_LINES.items():
+        traces = [generate(pattern, i) for i in range(40)]
+        values = [dict(t.params)[name] for t in traces]
+        assert min(values) < line < max(values), (pattern, min(values), max(values))
+        for t, v in zip(traces, values, strict=True):
+            holds = v >= line if above else v < line
+            assert bool(t.labels) == holds, (t.name, v)
+            assert t.expected == (None if holds else ())
+        assert {t.margin for t in traces} >= {"clear", "near"}, pattern
+
+
+def test_overtime_draws_no_limit_inside_the_info_band_as_a_clear_positive() -> None:
+    # The old lower bound (2.6) lay inside the info band (a warning only above 3.125): such a
+    # trace is now labelled by the 2.5 line and scored as near it, not as clear.
+    for i in range(60):
+        t = generate("overtime", i)
+        factor = dict(t.params)["limit_factor"]
+        if 2.5 <= factor < 2.5 / 0.8:
+            assert t.margin in ("near", "ambiguous") or factor >= 2.5 * 1.15
 
 
 def test_generation_is_deterministic_and_varied() -> None:
@@ -109,6 +138,7 @@ def _scenarios() -> list[Finding]:
         (job(gpus=2, nodes=("a", "b")), [node([gpu("GPU-a")], hostname="a")]),
         (job(), [node([replace(gpu(duty=[80.0] * 40), samples=100)])]),
         (job(state="OUT_OF_MEMORY"), [node()]),
+        (job(), [node([gpu(mem_frac=0.97)])]),
         (job(), [node([gpu(ecc_uncorrected=1, xid_events=(79,), throttle_thermal_s=900.0)])]),
         (job(), [node([gpu(throttle_power_s=900.0)])]),
         (
@@ -144,6 +174,19 @@ def _scenarios() -> list[Finding]:
             [node([gpu(f"GPU-{i}", duty=65.0) for i in range(4)], host_summary=host(cores=96))],
         ),
         (job(state="NODE_FAIL"), [node()]),
+        # Ended by the time limit with a step still running; a step still running when the
+        # batch script returned.
+        (
+            replace(
+                job(state="TIMEOUT", limit=3600),
+                steps=(JobStep("0", 8, 1, 1, "CANCELLED", 0, 15, 3600, 100.0),),
+            ),
+            [node()],
+        ),
+        (
+            replace(job(), steps=(JobStep("0", 8, 1, 1, "CANCELLED", 0, 15, 3600, 100.0),)),
+            [node()],
+        ),
         # Recurring mid-job idle phases; a ragged end (one GPU stops 30 min early).
         (
             job(elapsed=7200, limit=14400),
@@ -169,6 +212,15 @@ def _scenarios() -> list[Finding]:
     ]
     for j, nodes in cases:
         found.extend(analyze(j, nodes, S).findings)
+    # The same fault as the user's last similar job.
+    seen = PastJob("1", "alice", "train", "/home/alice", "COMPLETED", 3600, 2, 1, None, None, None)
+    again = analyze(
+        job(gpus=2),
+        [node([gpu("GPU-a"), gpu("GPU-b", duty=0.0)])],
+        S,
+        history=[replace(seen, account="lab", finding_codes=("GPU_UNUSED",))],
+    )
+    found.extend(again.findings)
     return found
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis_factory import GIB, gpu, host, job, node
+from analysis_factory import GIB, gpu, host, job, node, timeline
 
 from slurm_gpu.analysis import Code, Option, Recommendation, analyze
 from slurm_gpu.config import AnalysisSettings
@@ -122,3 +122,32 @@ def test_checker_refuses_reductions_on_a_whole_node_and_options_set_twice() -> N
     )
     got = check(replace(a, recommendations=recs))
     assert got.not_actionable and got.incoherent == ("--mem",)
+
+
+def test_checker_flags_a_gpu_cut_that_takes_the_busy_cores_with_it() -> None:
+    # --cpus-per-gpu=8 on 4 GPUs with 20 cores busy: --gpus=1 alone leaves 8 cores.
+    j = replace(
+        job(gpus=4, cpus=32, total_cpu=20 * 3600.0),
+        submit_line="sbatch --gpus=4 --cpus-per-gpu=8 x.sh",
+    )
+    tl = timeline([90.0] * 10, [20.0] * 10, n_gpus=4)
+    gpus = [gpu("GPU-0")] + [gpu(f"GPU-{i}", duty=0.0, process=False) for i in (1, 2, 3)]
+    a = analyze(j, [node(gpus, tl=tl, host_summary=host(cores=32))], S)
+    alone = check(replace(a, recommendations=(_rec(Option.GPUS, "#SBATCH --gpus=1"),)), j)
+    assert any("cores < peak" in b for b in alone.below_use)
+    paired = (
+        _rec(Option.GPUS, "#SBATCH --gpus=1"),
+        _rec(Option.CPUS_PER_GPU, "#SBATCH --cpus-per-gpu=25"),
+    )
+    assert not check(replace(a, recommendations=paired), j).below_use
+
+
+def test_the_corpus_submits_its_jobs_in_every_request_style() -> None:
+    from slurm_gpu.analysis.request import request_of
+    from slurm_gpu.evaluation.traces import corpus
+
+    reqs = [request_of(t.job) for t in corpus(3, 5)]
+    assert {r.gpu_form for r in reqs} == {"gres", "gpus", "gpus-per-node", "gpus-per-task"}
+    assert {r.cpu_form for r in reqs} == {"cpus-per-gpu", "cpus-per-task"}
+    assert {r.mem_form for r in reqs} == {"mem", "mem-per-gpu", "mem-per-cpu"}
+    assert any(r.gpu_type for r in reqs) and any(not r.gpu_type for r in reqs)

@@ -141,6 +141,13 @@ def test_never_below_the_peak_plus_headroom(
         limit=10 * elapsed,
     )
     a = analyze(j, [n], S)
+    # 1 % of 64 cores busy, at most 100 of 512 GiB, a tenth of the limit used: each of the three
+    # is over-requested, so each branch below must be taken (not pass for want of a proposal).
+    assert {r.option for r in a.recommendations} >= {
+        Option.MEMORY,
+        Option.CPUS_PER_GPU,
+        Option.TIME,
+    }, [r.option for r in a.recommendations]
     for r in a.recommendations:
         if r.option is Option.MEMORY:
             assert int(r.proposed[:-1]) * GIB >= rss * 1.25

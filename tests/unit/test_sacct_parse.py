@@ -186,7 +186,8 @@ def test_pending_job_has_unknown_times_and_no_nodes() -> None:
     [
         ("4000Mc", "", "4", "1", 16000 * MIB),
         ("4000Mn", "", "4", "2", 8000 * MIB),
-        ("16G", "", "4", "2", 32 * GIB),
+        # Since 21.08 a bare ReqMem is the job's total: not multiplied by the nodes.
+        ("16G", "", "4", "2", 16 * GIB),
         ("16G", "cpu=4,mem=16G,node=1", "4", "1", 16 * GIB),
         ("0", "", "4", "1", None),
     ],
@@ -198,6 +199,26 @@ def test_req_mem_forms(
         render([row(ReqMem=req_mem, ReqTRES=req_tres, AllocCPUS=cpus, NNodes=nodes)])
     ).jobs["101"]
     assert rec.req_mem_bytes == expected
+
+
+def test_four_node_job_reqmem_312g_without_mem_in_reqtres_is_the_jobs_total() -> None:
+    # Another site's recorded 4-node job: ReqTRES without mem=, ReqMem=312.50G (sacct prints
+    # the job's total there); read as 4 x 312.5 GiB = 1,250 GiB it inflated every memory
+    # finding and recommendation.
+    rec = parse_sacct_output(
+        render(
+            [
+                row(
+                    ReqMem="312.50G",
+                    ReqTRES="billing=256,cpu=256,gres/gpu=16,node=4",
+                    AllocCPUS="256",
+                    NNodes="4",
+                    AllocTRES="billing=256,cpu=256,gres/gpu=16,node=4",
+                )
+            ]
+        )
+    ).jobs["101"]
+    assert rec.req_mem_bytes == int(312.5 * GIB)
 
 
 def test_array_and_het_ids() -> None:
@@ -286,23 +307,28 @@ def test_text_that_does_not_match_is_retried_once_then_dropped() -> None:
     assert len(runner.calls) == 4 and source.last_text_dropped == 1
 
 
+D = DELIM
+
+
 @pytest.mark.parametrize(
     ("text", "ok"),
     [
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),  # a job missing
-        (f"2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n", False),
-        (f"1{DELIM}a{DELIM}b{DELIM}c\n{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", True),
-        (f"1{DELIM}a{DELIM}b{DELIM}c{DELIM}1\n3{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
-        (f"1{DELIM}a{DELIM}b{DELIM}x{DELIM}c{DELIM}1\n2{DELIM}d{DELIM}e{DELIM}f{DELIM}2\n", False),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n", False),  # a job missing
+        (f"2{D}d{D}e{D}f{D}t{D}2\n1{D}a{D}b{D}c{D}s{D}1\n", False),
+        (f"1{D}a{D}b{D}c{D}s\n{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", True),
+        (f"1{D}a{D}b{D}c{D}s{D}1\n3{D}d{D}e{D}f{D}t{D}2\n", False),
+        (f"1{D}a{D}b{D}x{D}c{D}s{D}1\n2{D}d{D}e{D}f{D}t{D}2\n", False),
+        # The frame before SubmitLine was asked for (three strings): refused.
+        (f"1{D}a{D}b{D}c{D}1\n2{D}d{D}e{D}f{D}2\n", False),
     ],
 )
 def test_verify_text_accepts_only_the_exact_frame(text: str, ok: bool) -> None:
     got = verify_text(text, ["1", "2"], DELIM)
     assert (got is not None) == ok
     if got is not None:
-        assert got["2"] == UserText(job_name="d", comment="e", work_dir="f")
+        assert got["2"] == UserText(job_name="d", comment="e", work_dir="f", submit_line="t")
 
 
 def test_node_list_too_large_rejects_that_job_with_a_reason() -> None:

@@ -117,7 +117,9 @@ def test_idle_phases_are_explained_by_what_the_process_did_while_the_gpus_idled(
 
 
 def test_collective_waits_per_rank() -> None:
-    trace = generate("imbalance", 1)
+    # An imbalance trace on the imbalanced side of its ground-truth line (the generator draws
+    # on both sides).
+    trace = next(t for i in range(1, 40) if (t := generate("imbalance", i)).labels)
     fast = {"collective": 60, "compute": 40}
     slow = {"collective": 5, "compute": 95}
     got = codes(
