@@ -144,6 +144,7 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         timeline_note=tel.timeline_note,
         live_actions=tel.live_actions,
         live_source=tel.source,
+        energy_settings=tel.energy_settings,
     )
 
 
