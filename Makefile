@@ -16,7 +16,7 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-EXTRAS ?= test,dev,postgresql,stacks
+EXTRAS ?= test,dev,postgresql,stacks,web
 PYTEST_ARGS ?=
 TC_ROOT ?= /var/lib/slurm-gpu-testcluster
 # Everything that installs packages or starts daemons needs root; use sudo when not root.
@@ -40,6 +40,7 @@ $(STAMP): setup.cfg pyproject.toml
 	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e '.[$(EXTRAS)]'
+	share/web/fetch-uplot
 	@rm -f $(VENV)/.installed-*
 	touch $@
 

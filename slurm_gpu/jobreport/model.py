@@ -140,6 +140,9 @@ class Telemetry:
     energy_settings: EnergySettings | None = None
     """The site's ``[energy]`` rates, which the reader that knows the settings adds; ``None``:
     the defaults (kWh and the idle share, no cost, no CO2)."""
+    page_base_url: str = ""
+    """``[web] base_url``, added by the reader that knows the settings: the report links to
+    the job's web page under it; empty: no link."""
 
 
 #: A running job's numbers read from its node's live summary on this host.
@@ -195,6 +198,8 @@ class JobReport:
     energy: JobEnergy | None = None
     """GPU energy, its idle part, cost and CO2 (``analysis.energy``); ``None`` when no GPU
     reported energy."""
+    page_url: str = ""
+    """The job's web page (``[web] base_url``/job/<id>); empty when no page is configured."""
 
     # ------------------------------------------------------------------ derived numbers
 

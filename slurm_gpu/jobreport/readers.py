@@ -180,10 +180,13 @@ class StoreAndSpoolReader:
             self._ahead.clear()
 
     def _priced(self, tel: Telemetry | None) -> Telemetry | None:
-        """``tel`` with the site's ``[energy]`` rates, which price the job's energy."""
+        """``tel`` with the site's ``[energy]`` rates, which price the job's energy, and the
+        web page's address (``[web] base_url``)."""
         if tel is None:
             return None
-        return replace(tel, energy_settings=self._settings.energy)
+        return replace(
+            tel, energy_settings=self._settings.energy, page_base_url=self._settings.web.base_url
+        )
 
     def final(self, job: JobRecord) -> Telemetry | None:
         """The stored record of an ended job, with its findings; ``None`` if not stored."""
