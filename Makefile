@@ -19,6 +19,8 @@ VENV ?= .venv
 EXTRAS ?= test,dev,postgresql,stacks,web
 PYTEST_ARGS ?=
 TC_ROOT ?= /var/lib/slurm-gpu-testcluster
+# make demo serves each demo job's web page on this loopback port after the run (docs/web.md).
+WEB_PORT ?= 8080
 # Everything that installs packages or starts daemons needs root; use sudo when not root.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
@@ -84,7 +86,7 @@ graph: venv
 	$(VENV)/bin/python share/dev/importgraph.py
 
 demo: deps venv cluster-up
-	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run
+	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run --serve-web $(WEB_PORT)
 
 bench: deps venv cluster-up
 	@if [ -x benchmarks/run ]; then benchmarks/run; \
