@@ -146,3 +146,50 @@ def test_page_needs_no_script_and_escapes_job_names(tmp_path: Path) -> None:
     # Without uPlot unpacked (or with JavaScript off) the page is whole: no script is needed
     # for any number or chart, and none is inline (the CSP forbids it).
     assert not re.search(r"<script(?![^>]*(type=\"application/json\"|src=))", html)
+
+
+def test_recommendations_live_actions_and_live_jobs_are_shown(tmp_path: Path) -> None:
+    """What the stored fixture has none of: a recommendation, live policy actions, and a
+    running job's page (reloads itself, links to the Grafana job view)."""
+    from dataclasses import replace
+
+    from slurm_gpu.jobreport.model import LiveActionView, RecommendationView, TelemetryStatus
+    from slurm_gpu.web.app import TaskView
+
+    settings = W.settings_for(tmp_path, grafana_url="https://grafana.example.org")
+    stored = W.store_jobs(settings)
+    app = create_app(settings, W.backends(settings, stored, W.PRIVATE))
+    client = app.test_client()
+    base = client.get("/job/1001", environ_base={"REMOTE_USER": "sgtest1"})
+    assert base.status_code == 200
+    from slurm_gpu.jobreport.readers import StoreAndSpoolReader
+    from slurm_gpu.jobreport.service import report_for
+
+    reader = StoreAndSpoolReader(settings)
+    try:
+        report = report_for(stored[0], reader, min_elapsed_s=30)
+    finally:
+        reader.close()
+    report = replace(
+        report,
+        state="RUNNING",
+        telemetry=TelemetryStatus.LIVE,
+        recommendations=(RecommendationView("--gpus: 2 -> 1", ("#SBATCH --gpus=1",), 1.0),),
+        live_actions=(
+            LiveActionView(1_700_001_900.0, 1800.0, "never_used", "warned", 1, 0.5, 0.0),
+        ),
+    )
+    with app.test_request_context("/job/1001"):
+        html = app.jinja_env.get_template("job.html").render(
+            job_id="1001",
+            tasks=[TaskView(report, ())],
+            live=True,
+            grafana="https://grafana.example.org/d/slurm-gpu-job?var-job_id=1001",
+            interactive=False,
+            viewer=None,
+        )
+    assert "Recommended request" in html and "#SBATCH --gpus=1" in html
+    assert "(saves about 1.00 GPU-hours)" in html
+    assert "Live policy" in html and "warned" in html
+    assert '<meta http-equiv="refresh" content="60">' in html
+    assert 'href="https://grafana.example.org/d/slurm-gpu-job?var-job_id=1001"' in html
