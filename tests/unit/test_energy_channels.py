@@ -147,3 +147,29 @@ def test_weekly_html_and_text_show_the_energy_section(stored: tuple[Any, JobReco
     assert "420 Wh (262 Wh idle), 168 g CO2, 0.13 EUR" in render_text(weekly)
     doc = to_document(weekly)["report"]["energy"]
     assert doc["by_user"][0]["kwh"] == pytest.approx(KWH)
+
+
+def test_weekly_report_command_carries_the_energy_section(
+    stored: tuple[Any, JobRecord], tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from slurm_gpu.cli.admin import cli as admin
+
+    settings, job = stored
+    cfg = tmp_path / "weekly.toml"
+    cfg.write_text(
+        f'[store]\nurl = "{settings.store_url}"\n'
+        "[energy]\nprice_per_kwh = 0.30\nco2_g_per_kwh = 400.0\n"
+    )
+    assert job.end_s is not None
+    day = datetime.fromtimestamp(job.end_s, UTC).strftime("%Y-%m-%d")
+    res = CliRunner().invoke(
+        admin, ["--config", str(cfg), "report", "weekly", "--since", day, "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    energy = json.loads(res.stdout)["report"]["energy"]
+    [user] = energy["by_user"]
+    assert user["key"] == job.user and user["jobs"] == 1
+    assert user["kwh"] == pytest.approx(KWH) and user["co2_kg"] == pytest.approx(CO2_KG)
+    assert user["cost"] == pytest.approx(COST) and energy["currency"] == "EUR"
