@@ -34,7 +34,13 @@ help:
 deps:
 	$(SUDO) share/testcluster/install-deps
 
-venv: $(STAMP)
+# The web page's chart library, unpacked from npm (docs/web.md); without npm, nothing.
+UPLOT := slurm_gpu/web/static/vendor/uplot/VERSION
+
+venv: $(STAMP) $(UPLOT)
+
+$(UPLOT): share/web/fetch-uplot
+	share/web/fetch-uplot
 
 # Re-installs only when the packaging metadata changed since the last install.
 $(STAMP): setup.cfg pyproject.toml
@@ -42,7 +48,6 @@ $(STAMP): setup.cfg pyproject.toml
 	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e '.[$(EXTRAS)]'
-	share/web/fetch-uplot
 	@rm -f $(VENV)/.installed-*
 	touch $@
 
