@@ -16,9 +16,11 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-EXTRAS ?= test,dev,postgresql,stacks
+EXTRAS ?= test,dev,postgresql,stacks,web
 PYTEST_ARGS ?=
 TC_ROOT ?= /var/lib/slurm-gpu-testcluster
+# make demo serves each demo job's web page on this loopback port after the run (docs/web.md).
+WEB_PORT ?= 8080
 # Everything that installs packages or starts daemons needs root; use sudo when not root.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
@@ -32,7 +34,13 @@ help:
 deps:
 	$(SUDO) share/testcluster/install-deps
 
-venv: $(STAMP)
+# The web page's chart library, unpacked from npm (docs/web.md); without npm, nothing.
+UPLOT := slurm_gpu/web/static/vendor/uplot/VERSION
+
+venv: $(STAMP) $(UPLOT)
+
+$(UPLOT): share/web/fetch-uplot
+	share/web/fetch-uplot
 
 # Re-installs only when the packaging metadata changed since the last install.
 $(STAMP): setup.cfg pyproject.toml
@@ -83,7 +91,7 @@ graph: venv
 	$(VENV)/bin/python share/dev/importgraph.py
 
 demo: deps venv cluster-up
-	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run
+	$(VENV)/bin/slurm-gpu --config $(TC_ROOT)/slurm-gpu.toml demo run --serve-web $(WEB_PORT)
 
 bench: deps venv cluster-up
 	@if [ -x benchmarks/run ]; then benchmarks/run; \

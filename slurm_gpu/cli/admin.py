@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "exporter": "slurm_gpu.cli.exporter_cmd",
     "live": "slurm_gpu.cli.live_cmd",
     "police": "slurm_gpu.cli.police_cmd",
+    "web": "slurm_gpu.cli.web_cmd",
 }
 
 

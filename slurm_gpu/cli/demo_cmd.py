@@ -79,6 +79,15 @@ def list_patterns() -> None:
     show_default=True,
     help="Seconds to wait for the jobs.",
 )
+@click.option(
+    "--serve-web",
+    "web_port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="After the run, print each job's web page at http://127.0.0.1:PORT/job/ID and "
+    "serve the pages, as the demo user sees them, until interrupted (needs the web extra); "
+    "0: no page.",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -90,6 +99,7 @@ def run(
     records: bool,
     record_dir: str | None,
     timeout_s: float,
+    web_port: int,
 ) -> None:
     """Submit the demo jobs, wait for them, collect them, and show per job what its owner sees
     (gpueff), the e-mails after the jobs, and the weekly admin report."""
@@ -104,6 +114,7 @@ def run(
         records=records,
         record_dir=record_dir,
         timeout_s=timeout_s,
+        web_port=web_port,
     )
     echo = Echo(out=click.echo, err=lambda line: click.echo(line, err=True))
     status = run_demo(settings_from(ctx), opts, echo)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -143,6 +144,7 @@ def weekly(
     # Heavy imports (pandas, matplotlib) only when the report is actually made.
     from slurm_gpu.store.store import Store
     from slurm_gpu.weekly.aggregate import ReportOptions, build_report, last_full_week
+    from slurm_gpu.weekly.energy import energy_summary
     from slurm_gpu.weekly.model import Period
 
     settings = settings_from(ctx)
@@ -169,6 +171,15 @@ def weekly(
     )
     with Store.open(settings.store_url, migrate=False) as store:
         report = build_report(store.engine, period, options)
+        with store.engine.connect() as conn:
+            energy = energy_summary(
+                conn,
+                period.since_s,
+                period.until_s,
+                settings.energy,
+                options.unused_max_duty_pct,
+            )
+        report = dataclasses.replace(report, energy=energy)
 
     from slurm_gpu.weekly.jsonout import render_json
     from slurm_gpu.weekly.render import render_html, render_text

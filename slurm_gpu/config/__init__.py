@@ -11,9 +11,9 @@ Only the composition roots (the CLI and the hooks) call ``load_settings``. Privi
 trusted file (``slurm_gpu.trust``): the environment may choose which file, never supply one.
 
 The declarations live in one module per side (``node``, ``central``, ``analysis``, ``people``,
-``live``, ``stacks``), ``settings`` gathers them, ``loading`` reads the file and ``example``
-writes it out; this package's face hands the names on so that callers import from
-``slurm_gpu.config``.
+``live``, ``stacks``, ``energy``, ``web``), ``settings`` gathers them, ``loading`` reads the
+file and ``example`` writes it out; this package's face hands the names on so that callers
+import from ``slurm_gpu.config``.
 """
 
 from slurm_gpu.config.analysis import AnalysisSettings
@@ -25,6 +25,7 @@ from slurm_gpu.config.central import (
     SourceSettings,
     StoreSettings,
 )
+from slurm_gpu.config.energy import EnergySettings
 from slurm_gpu.config.example import describe, example_toml
 from slurm_gpu.config.live import LiveSettings
 from slurm_gpu.config.loading import (
@@ -40,6 +41,7 @@ from slurm_gpu.config.node import HooksSettings, PathsSettings, ShipSettings, Te
 from slurm_gpu.config.people import GpueffSettings, MailSettings, ReportSettings
 from slurm_gpu.config.settings import Settings, sections
 from slurm_gpu.config.stacks import OPT_IN_TOKEN, StacksSettings
+from slurm_gpu.config.web import WebSettings
 
 __all__ = [
     "DEFAULT_PATH",
@@ -51,6 +53,7 @@ __all__ = [
     "AccountingSettings",
     "AnalysisSettings",
     "CollectorSettings",
+    "EnergySettings",
     "GpueffSettings",
     "HooksSettings",
     "LiveSettings",
@@ -63,6 +66,7 @@ __all__ = [
     "StacksSettings",
     "StoreSettings",
     "TelemetrySettings",
+    "WebSettings",
     "config_path",
     "describe",
     "example_toml",

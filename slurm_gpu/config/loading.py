@@ -198,6 +198,11 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any], key: str, where: str
         out = dict(value)
     else:  # pragma: no cover - a declaration error, caught by the example-config test
         raise bad(f"unsupported setting type {hint!r}")
+    if "check" in meta:
+        # A declaration's own validation (tables whose keys and values have a form).
+        problem = meta["check"](out)
+        if problem:
+            raise bad(problem)
     if "choices" in meta and out not in meta["choices"]:
         raise bad(f"must be one of {', '.join(map(repr, meta['choices']))}, not {out!r}")
     if "min" in meta and out < meta["min"]:

@@ -15,10 +15,12 @@ from slurm_gpu.config.central import (
     SourceSettings,
     StoreSettings,
 )
+from slurm_gpu.config.energy import EnergySettings
 from slurm_gpu.config.live import LiveSettings
 from slurm_gpu.config.node import HooksSettings, PathsSettings, ShipSettings, TelemetrySettings
 from slurm_gpu.config.people import GpueffSettings, MailSettings, ReportSettings
 from slurm_gpu.config.stacks import StacksSettings
+from slurm_gpu.config.web import WebSettings
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Settings:
     live: LiveSettings = field(default_factory=LiveSettings)
     source: SourceSettings = field(default_factory=SourceSettings)
     stacks: StacksSettings = field(default_factory=StacksSettings)
+    energy: EnergySettings = field(default_factory=EnergySettings)
+    web: WebSettings = field(default_factory=WebSettings)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = None
     """The file these settings were read from; ``None`` when every value is a default."""

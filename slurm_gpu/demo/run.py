@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,8 @@ class DemoOptions:
     records: bool
     record_dir: str | None
     timeout_s: float
+    web_port: int = 0
+    """Serve each job's web page on this loopback port after the run; 0: none."""
 
 
 def run_demo(settings: Settings, opts: DemoOptions, echo: Echo) -> int:
@@ -167,7 +169,44 @@ def run_demo(settings: Settings, opts: DemoOptions, echo: Echo) -> int:
     if mail_failed:
         # Loud and last, so that a demo whose e-mails went astray does not look like a success.
         echo.err(mail_failed)
-    return 1 if left or set(ids) - set(stored) or mail_failed else 0
+    status = 1 if left or set(ids) - set(stored) or mail_failed else 0
+    if opts.web_port:
+        serve_pages(echo, settings, owner, [j for j in ended if j.job_id in stored], opts.web_port)
+    return status
+
+
+def serve_pages(
+    echo: Echo, settings: Settings, owner: str, jobs: list[Submitted], port: int
+) -> None:
+    """Print each job's web page and serve the pages on loopback until interrupted, as
+    ``owner`` sees them: the page's service deployment (``docs/web.md``) with the demo as its
+    authenticating front server, so Slurm's visibility rule applies as for a real viewer."""
+    try:
+        from werkzeug.serving import make_server
+
+        from slurm_gpu.web.app import create_app
+    except ImportError:
+        echo.err("web pages: Flask is not installed (pip install 'slurm-gpu[web]')")
+        return
+    app = create_app(replace(settings, web=replace(settings.web, identity="remote_user")))
+
+    def as_owner(environ: dict[str, Any], start_response: Any) -> Any:
+        environ["REMOTE_USER"] = owner
+        return app(environ, start_response)
+
+    server = make_server("127.0.0.1", port, as_owner, threaded=True)
+    base = f"http://127.0.0.1:{server.server_port}"
+    echo.out("")
+    echo.out(f"web pages, as {owner} sees them (Ctrl-C stops them):")
+    echo.out(f"  {owner}'s recent jobs:  {base}/")
+    for job in jobs:
+        echo.out(f"  {job.pattern:<16} {base}/job/{job.job_id}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 def _me() -> str:

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from slurm_gpu.analysis.energy import GpuEnergy, JobEnergy, job_energy
 from slurm_gpu.analysis.findings import sbatch_flag
+from slurm_gpu.config import EnergySettings
 from slurm_gpu.jobreport import fmt
 from slurm_gpu.jobreport.model import (
     LIVE_SOURCE_PROMETHEUS,
@@ -239,8 +241,10 @@ def with_telemetry(
     timeline_note: str = "",
     live_actions: Sequence[LiveActionView] = (),
     live_source: str = "",
+    energy_settings: EnergySettings | None = None,
 ) -> JobReport:
-    """The report with its GPU part filled in (final or live)."""
+    """The report with its GPU part filled in (final or live); ``energy_settings`` price the
+    energy (``None``: kWh and the idle share only)."""
     from dataclasses import replace
 
     if not gpus:
@@ -268,6 +272,24 @@ def with_telemetry(
         notes=tuple(notes),
         timeline_note=timeline_note,
         live_actions=tuple(live_actions),
+        energy=report_energy(report, gpus, energy_settings),
+    )
+
+
+def report_energy(
+    report: JobReport, gpus: Sequence[GpuLine], settings: EnergySettings | None
+) -> JobEnergy | None:
+    """The job's energy, cost and CO2 from its GPU lines, over its run (a running job: from
+    its start until now, its elapsed time)."""
+    end_s = report.end_s
+    if end_s is None and report.start_s is not None:
+        end_s = report.start_s + report.elapsed_s
+    return job_energy(
+        (GpuEnergy(g.energy_j, g.duty_mean_pct, g.idle_fraction) for g in gpus),
+        start_s=report.start_s,
+        end_s=end_s,
+        settings=settings or EnergySettings(),
+        unused_max_duty_pct=report.unused_max_duty_pct,
     )
 
 

@@ -5,6 +5,8 @@ Each takes ``None`` for "not known" and returns ``n/a`` for it, never a misleadi
 
 from __future__ import annotations
 
+from slurm_gpu.analysis.energy import energy_text
+
 NA = "n/a"
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -49,16 +51,9 @@ def watts(value: float | None) -> str:
 
 
 def energy(joules: float | None) -> str:
-    """Energy in the largest unit that reads well (``1.23 kWh``, ``45.6 Wh``)."""
-    if joules is None:
-        return NA
-    wh = joules / 3600.0
-    if wh >= 1000:
-        return f"{wh / 1000:.3g} kWh"
-    if wh >= 1:
-        return f"{wh:.3g} Wh"
-    # Fixed-point: "%.3g" would print 2200 J as "2.2e+03 J".
-    return f"{joules:.0f} J" if joules >= 10 else f"{joules:.3g} J"
+    """Energy in the largest unit that reads well (``1.23 kWh``, ``45.6 Wh``): the one form
+    every report uses (``analysis.energy.energy_text``)."""
+    return energy_text(joules)
 
 
 def hours(value: float | None) -> str:

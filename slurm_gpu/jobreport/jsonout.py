@@ -59,6 +59,20 @@ _GPU = {
     },
 }
 
+_ENERGY = {
+    "type": "object",
+    "required": ["kwh", "idle_kwh", "idle_share", "cost", "currency", "co2_kg"],
+    "additionalProperties": False,
+    "properties": {
+        "kwh": {"type": "number"},
+        "idle_kwh": _NUM,
+        "idle_share": _NUM,
+        "cost": _NUM,
+        "currency": {"type": "string"},
+        "co2_kg": _NUM,
+    },
+}
+
 _FINDING = {
     "type": "object",
     "required": ["code", "severity", "cause", "title", "text", "evidence"],
@@ -175,6 +189,7 @@ _JOB = {
         "gpu_hours_allocated": {"type": "number"},
         "gpu_hours_idle": _NUM,
         "energy_j": _NUM,
+        "energy": {"oneOf": [{"type": "null"}, _ENERGY]},
         "gpus": {"type": "array", "items": _GPU},
         "findings": {"type": "array", "items": _FINDING},
         "recommendations": {"type": "array", "items": _RECOMMENDATION},
@@ -232,6 +247,16 @@ def job_json(r: JobReport) -> dict[str, Any]:
         "gpu_hours_allocated": r.gpu_hours_allocated,
         "gpu_hours_idle": r.gpu_hours_wasted,
         "energy_j": r.energy_j,
+        "energy": None
+        if r.energy is None
+        else {
+            "kwh": r.energy.kwh,
+            "idle_kwh": r.energy.idle_kwh,
+            "idle_share": r.energy.idle_share,
+            "cost": r.energy.cost,
+            "currency": r.energy.currency,
+            "co2_kg": r.energy.co2_kg,
+        },
         "gpus": [
             {
                 "node": g.node,

@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slurm_gpu.analysis.energy import JobEnergy
 from slurm_gpu.analysis.metrics import wasted_gpu_hours_of
-from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.config import AnalysisSettings, EnergySettings
 
 #: The analysis's default threshold of an unused GPU, percent (``[analysis]``).
 UNUSED_MAX_DUTY_PCT: float = AnalysisSettings().unused_max_duty_pct
@@ -136,6 +137,12 @@ class Telemetry:
     source: str = ""
     """Where live numbers came from: ``LIVE_SOURCE_SPOOL`` or ``LIVE_SOURCE_PROMETHEUS``;
     empty for a final record."""
+    energy_settings: EnergySettings | None = None
+    """The site's ``[energy]`` rates, which the reader that knows the settings adds; ``None``:
+    the defaults (kWh and the idle share, no cost, no CO2)."""
+    page_base_url: str = ""
+    """``[web] base_url``, added by the reader that knows the settings: the report links to
+    the job's web page under it; empty: no link."""
 
 
 #: A running job's numbers read from its node's live summary on this host.
@@ -188,6 +195,11 @@ class JobReport:
     """One sentence when the store's retention removed the job's timeline; else empty."""
     live_actions: tuple[LiveActionView, ...] = ()
     """The live policy's warnings and cancellations while the job ran, oldest first."""
+    energy: JobEnergy | None = None
+    """GPU energy, its idle part, cost and CO2 (``analysis.energy``); ``None`` when no GPU
+    reported energy."""
+    page_url: str = ""
+    """The job's web page (``[web] base_url``/job/<id>); empty when no page is configured."""
 
     # ------------------------------------------------------------------ derived numbers
 

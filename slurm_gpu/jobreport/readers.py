@@ -7,6 +7,7 @@ SQLite store is read with the standard library: ``gpueff`` never imports SQLAlch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from slurm_gpu.config import Settings
@@ -178,8 +179,20 @@ class StoreAndSpoolReader:
             self._stored.clear()
             self._ahead.clear()
 
+    def _priced(self, tel: Telemetry | None) -> Telemetry | None:
+        """``tel`` with the site's ``[energy]`` rates, which price the job's energy, and the
+        web page's address (``[web] base_url``)."""
+        if tel is None:
+            return None
+        return replace(
+            tel, energy_settings=self._settings.energy, page_base_url=self._settings.web.base_url
+        )
+
     def final(self, job: JobRecord) -> Telemetry | None:
         """The stored record of an ended job, with its findings; ``None`` if not stored."""
+        return self._priced(self._final(job))
+
+    def _final(self, job: JobRecord) -> Telemetry | None:
         ahead = self._ahead.get(job.job_id)
         if ahead is not None:
             return ahead
@@ -233,8 +246,8 @@ class StoreAndSpoolReader:
         Prometheus is asked about that one job id and nothing else."""
         local = self._live_local(job)
         if local is not None:
-            return local
-        return self._live_prometheus(job)
+            return self._priced(local)
+        return self._priced(self._live_prometheus(job))
 
     def _live_prometheus(self, job: JobRecord) -> Telemetry:
         import time

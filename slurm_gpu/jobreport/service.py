@@ -129,6 +129,8 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
     tel = reader.live(job) if job.state in RUNNING_STATES else reader.final(job)
     if tel is None:
         return base
+    if tel.page_base_url:
+        base = replace(base, page_url=page_url(tel.page_base_url, job.job_id_display))
     if tel.live and not tel.gpus:
         # No live number here (no Prometheus, or it did not answer): the accounting part
         # as before, and the reason, never an empty GPU part that would read as idle.
@@ -144,7 +146,15 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         timeline_note=tel.timeline_note,
         live_actions=tel.live_actions,
         live_source=tel.source,
+        energy_settings=tel.energy_settings,
     )
+
+
+def page_url(base_url: str, job_id_display: str) -> str:
+    """The job's web page under ``[web] base_url``: ``<base>/job/<id>`` (``1234_7`` as is)."""
+    from urllib.parse import quote
+
+    return f"{base_url.rstrip('/')}/job/{quote(job_id_display, safe='_+')}"
 
 
 class AccountingNeeded(Exception):

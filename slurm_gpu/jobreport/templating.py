@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from slurm_gpu.analysis import energy as energy_fmt
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.jobreport import fmt
 from slurm_gpu.resources import data_dir
@@ -33,6 +34,8 @@ def filters() -> dict[str, Callable[..., Any]]:
         "pct": fmt.pct,
         "watts": fmt.watts,
         "energy": fmt.energy,
+        "energy_summary": energy_fmt.summary_text,
+        "co2": energy_fmt.co2_text,
         "hours": fmt.hours,
         "bar": fmt.bar,
         "spark": fmt.sparkline,

@@ -9,6 +9,10 @@ allocation; duty cycles are NVML utilization (share of time any kernel ran), in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_gpu.weekly.energy import EnergySummary
 
 #: Version of the JSON document (``slurm-gpu report weekly --format json``). Bump it when a
 #: field changes meaning or disappears; adding a field keeps the version.
@@ -251,3 +255,6 @@ class WeeklyReport:
     """Threshold used for the idle head/tail section."""
     live_policy: LivePolicySummary = field(default_factory=LivePolicySummary)
     """The live policy's warnings and cancellations of the period's jobs."""
+    energy: EnergySummary | None = None
+    """kWh, idle kWh, cost and CO2 per user, account and partition (``weekly.energy``);
+    ``None`` when not computed."""

@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from slurm_gpu.analysis import energy as energy_fmt
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.resources import data_dir
 from slurm_gpu.weekly import charts
@@ -166,6 +167,9 @@ def _filters() -> dict[str, Callable[..., Any]]:
         "datetime": _datetime,
         "duration": _duration,
         "cause": _cause,
+        "kwh": energy_fmt.kwh_text,
+        "co2": energy_fmt.co2_text,
+        "cost": energy_fmt.cost_text,
     }
 
 
