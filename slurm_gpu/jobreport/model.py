@@ -136,12 +136,20 @@ class Telemetry:
     source: str = ""
     """Where live numbers came from: ``LIVE_SOURCE_SPOOL`` or ``LIVE_SOURCE_PROMETHEUS``;
     empty for a final record."""
+    uncollected: bool = False
+    """The job ended but its record is not in the store (yet): ``gpus`` are the node's last
+    live summary, if it still has one, and ``notes`` say why nothing more is known."""
 
 
 #: A running job's numbers read from its node's live summary on this host.
 LIVE_SOURCE_SPOOL = "spool"
 #: A running job's numbers read from Prometheus (``[live] prometheus_url``).
 LIVE_SOURCE_PROMETHEUS = "prometheus"
+
+
+#: Statuses whose report may hold GPU lines: the sealed record, the live summary of a running
+#: job, or the last live summary of an ended job not collected yet.
+_WITH_NUMBERS = frozenset({TelemetryStatus.FINAL, TelemetryStatus.LIVE, TelemetryStatus.PENDING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +227,7 @@ class JobReport:
     @property
     def has_gpu_numbers(self) -> bool:
         """Whether the report holds per-GPU telemetry to show."""
-        return self.telemetry in (TelemetryStatus.FINAL, TelemetryStatus.LIVE) and bool(self.gpus)
+        return self.telemetry in _WITH_NUMBERS and bool(self.gpus)
 
     @property
     def gpu_hours_allocated(self) -> float:

@@ -187,19 +187,42 @@ class StoreAndSpoolReader:
         if stored is None:
             try:
                 stored = self._open_store().get_job(job.job_id, timelines=TIMELINES)
-            except StoreError:
+            except StoreError as exc:
                 # A store closed to this user: their own job's GPU part from the file the
-                # collector wrote for them alone, else the store's error.
+                # collector wrote for them alone; without one, the job is not collected yet
+                # (the collector writes every collected job's file) or, where no files are
+                # written, not readable here. Either way one job's answer, never the whole
+                # command's error: a listing goes on with the other jobs.
                 own = self._from_report_file(job)
                 if own is None:
-                    raise
+                    return self._not_collected(job, closed=exc)
                 self._ahead[job.job_id] = own
                 return own
         if stored is None:
-            return None
+            return self._not_collected(job)
         tel = adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
         self._ahead[job.job_id] = tel
         return tel
+
+    def _not_collected(self, job: JobRecord, closed: StoreError | None = None) -> Telemetry | None:
+        """The GPU part of an ended job the store does not hold (``closed``: the store could
+        not be read): the node's last live summary where this host still has it (the epilog
+        removes it), and a note when the store was closed and no report files are written;
+        ``None`` when there is nothing to add to "not collected yet"."""
+        from dataclasses import replace
+
+        notes: tuple[str, ...] = ()
+        if closed is not None and not self._settings.gpueff.cache_reports:
+            notes = (
+                f"The store is not readable here ({closed.message}): if the job was "
+                "collected, ask the site to set [gpueff] cache_reports.",
+            )
+        local = self._live_local(job)
+        if local is None and not notes:
+            return None
+        if local is None:
+            return Telemetry(gpus=(), live=False, notes=notes, uncollected=True)
+        return replace(local, notes=(*local.notes, *notes), uncollected=True)
 
     def _from_report_file(self, job: JobRecord) -> Telemetry | None:
         """The telemetry of the caller's own job from their report file (``reportfiles``),

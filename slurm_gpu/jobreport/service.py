@@ -129,6 +129,18 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
     tel = reader.live(job) if job.state in RUNNING_STATES else reader.final(job)
     if tel is None:
         return base
+    if tel.uncollected:
+        # Ended, not in the store yet: still "not collected yet", with the node's last live
+        # numbers where it still has them.
+        models = sorted({g.name for g in tel.gpus if g.name})
+        return replace(
+            base,
+            gpus=tel.gpus,
+            gpu_model=", ".join(models) if models else base.gpu_model,
+            notes=tuple(tel.notes),
+            live_updated_s=tel.updated_s,
+            live_source=tel.source or None,
+        )
     if tel.live and not tel.gpus:
         # No live number here (no Prometheus, or it did not answer): the accounting part
         # as before, and the reason, never an empty GPU part that would read as idle.

@@ -27,6 +27,8 @@ _RESET = "\x1b[0m"
 _STATUS_LABEL = {
     TelemetryStatus.FINAL: "final, from the job's sealed record",
     TelemetryStatus.LIVE: "LIVE: the job is still running, numbers so far",
+    TelemetryStatus.PENDING: "the job's record has not been collected yet: numbers from the "
+    "node's last live summary",
 }
 _LIVE_SOURCE = {
     LIVE_SOURCE_SPOOL: "from the node's live summary",
@@ -38,10 +40,10 @@ def status_label(report: JobReport, now_s: float | None = None) -> str:
     """The words after "GPUs": final or live, and for live numbers where they came from and
     how old they are (``live, from Prometheus, 42 s old``)."""
     label = _STATUS_LABEL.get(report.telemetry, report.telemetry.value)
-    if report.telemetry is not TelemetryStatus.LIVE:
+    if report.telemetry not in (TelemetryStatus.LIVE, TelemetryStatus.PENDING):
         return label
     parts = [label]
-    if report.live_source in _LIVE_SOURCE:
+    if report.live_source in _LIVE_SOURCE and report.telemetry is TelemetryStatus.LIVE:
         parts.append(_LIVE_SOURCE[report.live_source])
     if report.live_updated_s is not None:
         now = time.time() if now_s is None else now_s

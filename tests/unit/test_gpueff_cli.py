@@ -222,7 +222,7 @@ def test_whole_array_is_a_table_of_tasks_in_task_order() -> None:
     assert "Array 1999: 3 tasks" in res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("1999_")]
     assert [ln.split()[0] for ln in lines] == ["1999_0", "1999_1", "1999_2"]
-    assert "40 %" in lines[1] and "pending" in lines[0]
+    assert "40 %" in lines[1] and "not collected yet" in lines[0]
 
 
 def test_one_array_task_gets_the_full_report() -> None:
