@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -20,8 +21,17 @@ def migrate(ctx: click.Context) -> None:
     """Create the store or bring it to this release's schema (a no-op when it is current)."""
     from slurm_gpu.store import mask_url, migrate_store
     from slurm_gpu.store.migrations import LATEST_VERSION
+    from slurm_gpu.store.urls import sqlite_path
 
     settings = settings_from(ctx)
+    path = sqlite_path(settings.store_url)
+    if path is not None:
+        # As every writer (``open_store``): the file is created 0600 in a 0700 directory,
+        # never with the process's umask.
+        from slurm_gpu.store.filemode import secure_sqlite_file
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        secure_sqlite_file(path, settings.store.admin_group, state_dir=settings.paths.state_dir)
     applied = migrate_store(settings.store_url)
     url = mask_url(settings.store_url)
     if not applied:
