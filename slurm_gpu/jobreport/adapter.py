@@ -39,8 +39,14 @@ Wording = Callable[[Any], tuple[str, str]]
 
 
 def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobReport:
-    """The report of a job before any telemetry is known: accounting part and a status."""
-    gpus = job.alloc_tres.gpus or 0
+    """The report of a job before any telemetry is known: accounting part and a status.
+
+    A job that has not ended has no exit code yet (``None``: accounting's ``0:0`` is a
+    placeholder); one that has not started has no allocation, so its GPUs and their type
+    are the ones it asked for."""
+    started = job.state not in NOT_STARTED_STATES
+    tres = job.alloc_tres if started or job.alloc_tres.gpus else job.req_tres
+    gpus = tres.gpus or 0
     if job.state in NOT_STARTED_STATES:
         status, note = TelemetryStatus.NOT_STARTED, "The job has not started yet."
     elif gpus == 0:
@@ -58,8 +64,9 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
         status = TelemetryStatus.PENDING
         note = "GPU telemetry for this job has not been collected yet; try again in a minute."
     model = None
-    if job.alloc_tres.gpu_types:
-        model = ", ".join(name for name, _ in job.alloc_tres.gpu_types)
+    if tres.gpu_types:
+        model = ", ".join(name for name, _ in tres.gpu_types)
+    ended = started and job.state not in RUNNING_STATES
     return JobReport(
         job_id=job.job_id,
         job_id_display=job.job_id_display,
@@ -68,7 +75,7 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
         account=job.account,
         partition=job.partition,
         state=job.state,
-        exit_code=job.exit_code,
+        exit_code=job.exit_code if ended else None,
         elapsed_s=job.elapsed_s,
         time_limit_s=job.time_limit_s,
         start_s=job.start_s,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import StoreError
+from slurm_gpu.errors import StoreError, StoreNotReadyError
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.model import Telemetry
 from slurm_gpu.records import JobRecord
@@ -187,6 +187,10 @@ class StoreAndSpoolReader:
         if stored is None:
             try:
                 stored = self._open_store().get_job(job.job_id, timelines=TIMELINES)
+            except StoreNotReadyError:
+                # Not created or behind this release: the site's state, not this job's (the
+                # mail program waits for it like for a record).
+                raise
             except StoreError as exc:
                 # A store closed to this user: their own job's GPU part from the file the
                 # collector wrote for them alone; without one, the job is not collected yet
