@@ -179,6 +179,10 @@ class NoAccounting:
 def _matches(typed: str, job: JobRecord) -> bool:
     """Whether accounting's ``job`` answers the id the user typed."""
     parsed = parse_job_id(typed)
+    tasks = parsed.tasks
+    if tasks is not None:
+        task = job.array_task_id or ""
+        return job.array_job_id == parsed.job and task.isdigit() and int(task) in tasks
     if parsed.array_task is not None:
         return job.array_job_id == parsed.job and job.array_task_id == parsed.array_task
     if parsed.het_offset is not None:
