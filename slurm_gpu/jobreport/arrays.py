@@ -80,5 +80,5 @@ def summary_lines(s: ArraySummary) -> list[str]:
     idle = "" if s.gpu_hours_idle is None else f", {fmt.hours(s.gpu_hours_idle)} idle"
     lines.append(f"  GPU-hours {fmt.hours(s.gpu_hours)} allocated in all{idle}")
     if s.energy_j is not None:
-        lines.append(f"  GPU energy {fmt.energy(s.energy_j)} in all")
+        lines.append(f"  GPU energy {fmt.energy_total(s.energy_j)} in all")
     return lines

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from slurm_gpu.analysis.metrics import wasted_gpu_hours_of
 from slurm_gpu.config import AnalysisSettings
+from slurm_gpu.jobreport.fmt import energy_unit
 
 #: The analysis's default threshold of an unused GPU, percent (``[analysis]``).
 UNUSED_MAX_DUTY_PCT: float = AnalysisSettings().unused_max_duty_pct
@@ -259,6 +260,11 @@ class JobReport:
             if g.duty_mean_pct is not None
         ]
         return wasted_gpu_hours_of(observed, self.elapsed_s)
+
+    @property
+    def energy_unit(self) -> str:
+        """The one unit of the per-GPU energy column (``fmt.energy_unit``: J, Wh or kWh)."""
+        return energy_unit(g.energy_j for g in self.gpus)
 
     @property
     def energy_j(self) -> float | None:

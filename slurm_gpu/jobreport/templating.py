@@ -33,6 +33,8 @@ def filters() -> dict[str, Callable[..., Any]]:
         "pct": fmt.pct,
         "watts": fmt.watts,
         "energy": fmt.energy,
+        "energy_total": fmt.energy_total,
+        "energy_unit": fmt.energy_unit,
         "hours": fmt.hours,
         "bar": fmt.bar,
         "spark": fmt.sparkline,
