@@ -71,6 +71,7 @@ def _run(
     as_json: bool,
     colour: bool | None,
     config_path: str | None,
+    debug: bool = False,
 ) -> None:
     from slurm_gpu.jobreport import service
 
@@ -111,7 +112,7 @@ def _run(
 
         use_colour = output.use_colour(colour)
         renderer = TerminalRenderer(
-            colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True
+            colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True, debug=debug
         )
         if getattr(pending, "asked_accounting", True):
             # Load the templates while accounting answers; without a wait, only the one
@@ -187,7 +188,7 @@ def cli(
     run_guarded(
         "gpueff",
         debug,
-        lambda: _run(ctx, job_ids, user, since, limit, as_json, colour, config_path),
+        lambda: _run(ctx, job_ids, user, since, limit, as_json, colour, config_path, debug),
     )
 
 

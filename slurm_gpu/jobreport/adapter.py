@@ -189,6 +189,26 @@ def evidence_pair(key: str, value: Any) -> tuple[str, str]:
     return key.replace("_", " "), fmt.clean(value)
 
 
+#: First or last words of evidence keys that count things (``gpus_used``, ``nodes``,
+#: ``xid_count``, ``idle_phases``): shown to people as plain numbers.
+_COUNT_WORDS = frozenset(
+    {"gpus", "nodes", "steps", "samples", "count", "processes", "phases", "cpus", "tasks"}
+)
+
+
+def for_people(key: str, value: Any) -> bool:
+    """Whether an evidence item is shown to people: a number with a unit in its key
+    (``_pct``, ``_bytes``, ``_s``, ``_j``, ``_w``, ``_gpu_hours``) or a count, and not a
+    flag (``True``/``False``, ``process_seen 0``) nor an identifier or free text (those
+    stay in ``--json`` and behind ``--debug``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if any(key.endswith(suffix) for suffix, _ in _UNITS):
+        return True
+    words = key.split("_")
+    return words[0] in _COUNT_WORDS or words[-1] in _COUNT_WORDS
+
+
 def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
     """A finding (anything with ``code``, ``severity``, ``cause``, ``evidence``) with words."""
     code = str(finding.code)
@@ -199,7 +219,9 @@ def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
         cause = getattr(cause, "value", None)
     evidence_raw = getattr(finding, "evidence", ()) or ()
     items = evidence_raw.items() if isinstance(evidence_raw, Mapping) else evidence_raw
-    pairs = tuple(evidence_pair(str(k), v) for k, v in items)
+    listed = [(str(k), v) for k, v in items]
+    pairs = tuple(evidence_pair(k, v) for k, v in listed)
+    people = tuple(p for p, (k, v) in zip(pairs, listed, strict=True) if for_people(k, v))
     if wording is not None:
         title, text = wording(finding)
     else:
@@ -211,6 +233,8 @@ def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
         title=title,
         text=text,
         evidence=pairs,
+        evidence_keys=tuple(k for k, _ in listed),
+        people_evidence=people,
     )
 
 

@@ -70,6 +70,7 @@ _FINDING = {
         "title": {"type": "string"},
         "text": {"type": "string"},
         "evidence": {"type": "object", "additionalProperties": {"type": "string"}},
+        "evidence_keys": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -261,6 +262,7 @@ def job_json(r: JobReport) -> dict[str, Any]:
                 "title": f.title,
                 "text": f.text,
                 "evidence": dict(f.evidence),
+                "evidence_keys": dict(f.keyed_evidence),
             }
             for f in r.findings
         ],

@@ -84,7 +84,25 @@ class FindingView:
     title: str
     text: str
     evidence: tuple[tuple[str, str], ...] = ()
-    """(label, formatted value) pairs."""
+    """(label, formatted value) pairs, every item of the analysis's evidence."""
+    evidence_keys: tuple[str, ...] = ()
+    """The analysis's key of each ``evidence`` pair, in the same order (``--json``,
+    ``--debug``); empty for a report rendered before keys were kept."""
+    people_evidence: tuple[tuple[str, str], ...] | None = None
+    """The pairs people are shown: named quantities with units and counts, without the
+    internal 0/1 flags and identifiers (``adapter.for_people``); ``None``: all of them."""
+
+    @property
+    def shown_evidence(self) -> tuple[tuple[str, str], ...]:
+        """The evidence a report shows people."""
+        return self.evidence if self.people_evidence is None else self.people_evidence
+
+    @property
+    def keyed_evidence(self) -> tuple[tuple[str, str], ...]:
+        """(key, formatted value) of every item, for ``--json`` and ``--debug``."""
+        if len(self.evidence_keys) != len(self.evidence):
+            return self.evidence
+        return tuple((k, v) for k, (_, v) in zip(self.evidence_keys, self.evidence, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

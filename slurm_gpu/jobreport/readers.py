@@ -354,7 +354,18 @@ def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
         live=bool(d["live"]),
         updated_s=d.get("updated_s"),
         findings=tuple(
-            FindingView(**{**f, "evidence": tuple(tuple(e) for e in f.get("evidence", ()))})
+            FindingView(
+                **{
+                    **f,
+                    "evidence": tuple(tuple(e) for e in f.get("evidence", ())),
+                    "evidence_keys": tuple(f.get("evidence_keys", ())),
+                    "people_evidence": (
+                        None
+                        if f.get("people_evidence") is None
+                        else tuple(tuple(e) for e in f["people_evidence"])
+                    ),
+                }
+            )
             for f in d.get("findings", ())
         ),
         recommendations=tuple(

@@ -87,8 +87,12 @@ def _severity_style(severity: str) -> str:
 class TerminalRenderer:
     """Renders reports through ``templates/gpueff`` (or a site's override directory)."""
 
-    def __init__(self, *, colour: bool, template_dir: str = "", cache: bool = False) -> None:
-        """``cache``: keep compiled templates in ``templating.compiled_cache()``."""
+    def __init__(
+        self, *, colour: bool, template_dir: str = "", cache: bool = False, debug: bool = False
+    ) -> None:
+        """``cache``: keep compiled templates in ``templating.compiled_cache()``; ``debug``:
+        also show each finding's evidence by the analysis's keys (``--debug``)."""
+        self._debug = debug
         self._env = environment("gpueff", override_dir=template_dir, cache=cache)
         self._c = colourer(colour)
         # Looked up once: jinja2 checks the file on disk at every get_template, which the
@@ -113,6 +117,7 @@ class TerminalRenderer:
             duty_style=_duty_style,
             severity_style=_severity_style,
             severity_mark={"critical": "!!", "warning": "!", "info": "i"},
+            debug=self._debug,
         )
 
     def table(self, reports: Sequence[JobReport]) -> str:
