@@ -34,7 +34,6 @@ class JobId:
             return f"{self.job}+{self.het_offset}"
         return self.job
 
-
     @property
     def tasks(self) -> frozenset[int] | None:
         """The task ids of a range (``[1-5]``, ``[1,3,7-11:2]``; a ``%N`` limit is ignored);

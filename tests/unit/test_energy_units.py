@@ -20,9 +20,7 @@ ENERGIES = (13932.0, 2200.0)
 
 def _report(energies: tuple[float, ...] = ENERGIES) -> JobReport:
     gpus = adapter.gpu_lines_from_records([F.node_record()])
-    gpus = tuple(
-        dataclasses.replace(g, energy_j=e) for g, e in zip(gpus, energies, strict=True)
-    )
+    gpus = tuple(dataclasses.replace(g, energy_j=e) for g, e in zip(gpus, energies, strict=True))
     base = adapter.accounting_report(F.job(), min_elapsed_s=30)
     return adapter.with_telemetry(base, Telemetry(gpus=gpus, live=False).gpus, live=False)
 

@@ -94,7 +94,8 @@ def test_the_nodes_last_live_summary_is_shown_while_not_collected(
     path = Path(spool.JobSpool(str(tmp_path / "spool"), "1001", "node1").live)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        '{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", "updated_s": 1700003690.0, "gpus": [{"uuid": "GPU-1", '
+        '{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", '
+        '"updated_s": 1700003690.0, "gpus": [{"uuid": "GPU-1", '
         '"name": "NVIDIA A100-SXM4-40GB", "minor_number": 0, "samples": 100, '
         '"idle_samples": 10, "utilization_mean_pct": 91.0, "energy_j": 13932.0}]}'
     )

@@ -41,8 +41,17 @@ def test_doctor_leaves_an_empty_state_directory_empty(tmp_path: Path) -> None:
     config, state = _config(tmp_path)
     res = CliRunner().invoke(
         cli,
-        ["--config", str(config), "doctor", "--skip", "telemetry", "--skip", "accounting"]
-        + ["--skip", "slurmconf"],
+        [
+            "--config",
+            str(config),
+            "doctor",
+            "--skip",
+            "telemetry",
+            "--skip",
+            "accounting",
+            "--skip",
+            "slurmconf",
+        ],
     )
     assert "store" in res.output
     assert sorted(os.listdir(state)) == [], res.output
