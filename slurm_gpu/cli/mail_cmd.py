@@ -449,7 +449,9 @@ def _policy_since(policy: str | None, since: str | None) -> float | None:
         try:
             hours = float(policy)
         except ValueError:
-            raise click.BadParameter(f"{policy!r} is not a number of hours", param_hint="--policy") from None
+            raise click.BadParameter(
+                f"{policy!r} is not a number of hours", param_hint="--policy"
+            ) from None
         if hours < 0.01:
             raise click.BadParameter(f"{policy!r} is below 0.01 hours", param_hint="--policy")
         same = f"{hours:g}h" if hours == int(hours) else f"{round(hours * 60)}m"

@@ -20,7 +20,7 @@ def _figure():  # type: ignore[no-untyped-def]
 
 
 def test_the_legend_is_outside_the_plotting_area() -> None:
-    fig, ax = _figure()
+    _, ax = _figure()
     legend = ax.get_legend()
     assert legend is not None
     box = legend.get_window_extent()
