@@ -200,7 +200,9 @@ window.addEventListener('load', function () {
     var range = document.createRange();
     range.selectNodeContents(node);
     var tops = {};
-    Array.prototype.forEach.call(range.getClientRects(), function (r) { tops[Math.round(r.top)] = 1; });
+    Array.prototype.forEach.call(range.getClientRects(), function (r) {
+      tops[Math.round(r.top)] = 1;
+    });
     if (Object.keys(tops).length > 1) wrapped.push(text);
   }
   var over = document.documentElement.scrollWidth > window.innerWidth;
