@@ -27,6 +27,11 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint graph demo bench dist
 
+# $(call quiet,COMMAND): run an install step, showing its output (pip's notices, setuptools'
+# banners) only when it fails.
+quiet = log=$$(mktemp); if $(1) >"$$log" 2>&1; then rm -f "$$log"; else rc=$$?; \
+    cat "$$log" >&2; rm -f "$$log"; echo "make: failed: $(1)" >&2; exit $$rc; fi
+
 help:
 	@sed -n '1,11p' Makefile | sed 's/^# \{0,1\}//'
 
@@ -51,8 +56,9 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
 	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[$(EXTRAS)]'
+	@echo "installing slurm-gpu[$(EXTRAS)] into $(VENV) (output shown only on failure) ..."
+	@$(call quiet,$(VENV)/bin/python -m pip install --upgrade pip)
+	@$(call quiet,$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]')
 	@rm -f $(VENV)/.installed-*
 	touch $@
 
