@@ -94,9 +94,16 @@ class StoreAndSpoolReader:
         cache_templates: bool = False,
         store: Any = None,
         wording: adapter.Wording | None = None,
+        answer_uncollected: bool = False,
     ) -> None:
         """``store`` and ``wording``: an open store reader and a findings wording to use
-        instead of opening them (the caller keeps and closes the store)."""
+        instead of opening them (the caller keeps and closes the store).
+        ``answer_uncollected`` (``gpueff``): ``final`` answers an ended job the store does not
+        hold, or a store closed to the caller without their report file, as "not collected
+        yet" (``Telemetry.uncollected``, with the node's last live summary where this host
+        has it) rather than ``None`` or the store's error; the mail program keeps the default
+        and waits for the record."""
+        self._answer_uncollected = answer_uncollected
         self._settings = settings
         self._spark_points = spark_points
         self._cache_templates = cache_templates
@@ -193,17 +200,19 @@ class StoreAndSpoolReader:
                 raise
             except StoreError as exc:
                 # A store closed to this user: their own job's GPU part from the file the
-                # collector wrote for them alone; without one, the job is not collected yet
-                # (the collector writes every collected job's file) or, where no files are
-                # written, not readable here. Either way one job's answer, never the whole
-                # command's error: a listing goes on with the other jobs.
+                # collector wrote for them alone; without one, for gpueff, the job is not
+                # collected yet (the collector writes every collected job's file) or, where
+                # no files are written, not readable here: one job's answer, never the whole
+                # command's error, so a listing goes on with the other jobs.
                 own = self._from_report_file(job)
                 if own is None:
+                    if not self._answer_uncollected:
+                        raise
                     return self._not_collected(job, closed=exc)
                 self._ahead[job.job_id] = own
                 return own
         if stored is None:
-            return self._not_collected(job)
+            return self._not_collected(job) if self._answer_uncollected else None
         tel = adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
         self._ahead[job.job_id] = tel
         return tel
@@ -379,4 +388,4 @@ def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
 
 def make_reader(settings: Settings) -> StoreAndSpoolReader:
     """The reader ``gpueff`` uses outside tests (compiled finding templates cached)."""
-    return StoreAndSpoolReader(settings, cache_templates=True)
+    return StoreAndSpoolReader(settings, cache_templates=True, answer_uncollected=True)

@@ -53,7 +53,7 @@ def _gpueff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> Resu
     settings = parse_settings(
         {"paths": {"state_dir": str(tmp_path), "spool_dir": str(tmp_path / "spool")}}, path=None
     )
-    reader = StoreAndSpoolReader(settings, store=ClosedStore())
+    reader = StoreAndSpoolReader(settings, store=ClosedStore(), answer_uncollected=True)
     jobs = [
         F.job(job_id="1001", job_id_display="1001", submit_s=1.0),
         F.job(job_id="1002", job_id_display="1002", submit_s=2.0, state="RUNNING"),
@@ -104,3 +104,24 @@ def test_the_nodes_last_live_summary_is_shown_while_not_collected(
     assert "not been collected yet" in res.output
     assert "node1:0" in res.output and "91 %" in res.output and "3.87 Wh" in res.output
     assert "x NVIDIA A100-SXM4-40GB" in res.output
+
+
+def test_the_mail_programs_reader_still_waits_for_the_record(tmp_path: Path) -> None:
+    """Without ``answer_uncollected`` (the mail program) an ended job not in the store is
+    ``None`` (wait for the record), even with the node's live summary on this host."""
+    from slurm_gpu.capture import spool
+
+    settings = parse_settings(
+        {"paths": {"state_dir": str(tmp_path), "spool_dir": str(tmp_path / "spool")}}, path=None
+    )
+    path = Path(spool.JobSpool(str(tmp_path / "spool"), "1001", "node1").live)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", "gpus": []}')
+
+    class Empty:
+        def get_job(self, job_id: str, timelines: str = "") -> None:
+            return None
+
+    assert StoreAndSpoolReader(settings, store=Empty()).final(F.job()) is None
+    with pytest.raises(StoreError):
+        StoreAndSpoolReader(settings, store=ClosedStore()).final(F.job())
