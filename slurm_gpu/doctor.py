@@ -19,7 +19,7 @@ from enum import StrEnum
 import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.errors import SlurmGpuError, StoreNotCreatedError
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted_reason
@@ -165,6 +165,9 @@ def check_store(open_info: Callable[[], tuple[str, int, int]]) -> Check:
     """The store opens and its schema is current. ``open_info`` gives (url, version, latest)."""
     try:
         url, version, latest = open_info()
+    except StoreNotCreatedError as err:
+        # A fresh install before the first collection, like a spool not made yet.
+        return Check("store", Status.WARN, err.message, err.hint)
     except SlurmGpuError as err:
         return Check("store", Status.FAIL, err.message, err.hint)
     if version < latest:
