@@ -120,8 +120,13 @@ def test_a_running_job_names_its_gpu_by_model(running_job: str) -> None:
 
 
 def test_a_pending_job_shows_the_gpus_it_asked_for(out_dir: str) -> None:
-    job = slurmtools.submit(_script("sleep 1", "--begin=now+1hour"), "sgtest1", (out_dir,))
+    job = slurmtools.submit(_script("sleep 1", "--hold"), "sgtest1", (out_dir,))
     try:
+        # slurmdbd learns of a submitted job a moment later; gpueff asks sacct.
+        deadline = time.monotonic() + 60
+        while slurmtools.sacct_state(job) is None:
+            assert time.monotonic() < deadline, f"sacct does not know job {job}"
+            time.sleep(0.5)
         rc, out, err = _gpueff(job)
         assert rc == 0, err
         first = out.splitlines()[0]
