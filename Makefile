@@ -4,6 +4,7 @@
 #   make test      install what is needed, start the local cluster, run unit + cluster tests
 #   make lint      ruff, mypy, the layering contracts (import-linter) and shellcheck
 #   make graph     the import graph's figures: modules, layers, upward imports, loops
+#   make dist      the release files: dist/slurm_gpu-VERSION-py3-none-any.whl and the sdist
 #   make deps | venv | cluster-up | cluster-down | lab-up | lab-down | bench
 #
 # Targets run their prerequisites in order (never in parallel): the cluster needs the venv
@@ -26,10 +27,27 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint graph demo bench
+.PHONY: help deps venv cluster-up cluster-down lab-up lab-down test lint graph demo bench dist
+
+# $(call quiet,COMMAND): run an install step, showing its output (pip's notices, setuptools'
+# banners) only when it fails.
+quiet = log=$$(mktemp); if $(1) >"$$log" 2>&1; then rm -f "$$log"; else rc=$$?; \
+    cat "$$log" >&2; rm -f "$$log"; echo "make: failed: $(1)" >&2; exit $$rc; fi
 
 help:
-	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,11p' Makefile | sed 's/^# \{0,1\}//'
+
+# The release files sites install by file (README "Install on a real cluster"): a wheel and
+# an sdist in $(DIST), built with the venv's Python when there is one, else $(PYTHON) (3.11+,
+# with pip; pip fetches the build backend, setuptools and wheel, from the package index).
+DIST ?= dist
+DIST_PYTHON := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,$(PYTHON))
+dist:
+	rm -f $(DIST)/slurm_gpu-*.whl $(DIST)/slurm-gpu-*.tar.gz $(DIST)/slurm_gpu-*.tar.gz
+	$(DIST_PYTHON) -m pip wheel -q --no-deps -w $(DIST) .
+	$(DIST_PYTHON) -c 'import sys; from setuptools import build_meta as b; b.build_sdist(sys.argv[1])' $(DIST) >/dev/null
+	rm -rf build slurm_gpu.egg-info
+	@ls -1 $(DIST)/slurm_gpu-*.whl $(DIST)/slurm-gpu-*.tar.gz
 
 deps:
 	$(SUDO) share/testcluster/install-deps
@@ -46,8 +64,9 @@ $(UPLOT): share/web/fetch-uplot
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
 	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[$(EXTRAS)]'
+	@echo "installing slurm-gpu[$(EXTRAS)] into $(VENV) (output shown only on failure) ..."
+	@$(call quiet,$(VENV)/bin/python -m pip install --upgrade pip)
+	@$(call quiet,$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]')
 	@rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -19,7 +19,7 @@ from enum import StrEnum
 import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.errors import SlurmGpuError, StoreNotCreatedError
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted_reason
@@ -165,6 +165,9 @@ def check_store(open_info: Callable[[], tuple[str, int, int]]) -> Check:
     """The store opens and its schema is current. ``open_info`` gives (url, version, latest)."""
     try:
         url, version, latest = open_info()
+    except StoreNotCreatedError as err:
+        # A fresh install before the first collection, like a spool not made yet.
+        return Check("store", Status.WARN, err.message, err.hint)
     except SlurmGpuError as err:
         return Check("store", Status.FAIL, err.message, err.hint)
     if version < latest:
@@ -782,3 +785,84 @@ def prometheus_checks(
             continue
         out[f"prometheus:{source}"] = one(needs)
     return out
+
+
+# --------------------------------------------------------------------------- slurm.conf
+
+#: The slurm.conf keys the install asks for (README "Install on a real cluster", docs/hooks.md,
+#: docs/mail.md, share/slurm/): key -> (what slurm-gpu's value contains, required).
+SLURM_CONF_KEYS: dict[str, tuple[str, bool]] = {
+    "Prolog": ("slurm-gpu-prolog", True),
+    "Epilog": ("slurm-gpu-epilog", True),
+    "PrologFlags": ("alloc", True),
+    "MailProg": ("slurm-gpu", False),
+    "EpilogSlurmctld": ("epilog-slurmctld", False),
+}
+
+
+def slurm_conf_values(text: str) -> dict[str, str]:
+    """``Key = value`` (``scontrol show config``) or ``Key=value`` (slurm.conf) lines as a
+    mapping; comments and other lines are ignored, the last of a repeated key wins."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if sep and key and " " not in key:
+            values[key] = value
+    return values
+
+
+def _names_hook(value: str, wanted: str) -> bool:
+    """Whether a Prolog/Epilog value runs ``wanted``: named directly, or a file of the
+    directory a glob names (``/etc/slurm/prolog.d/*``)."""
+    if wanted in value:
+        return True
+    for part in value.split(","):
+        part = part.strip()
+        if "*" in part or "?" in part:
+            import glob
+
+            if any(wanted in os.path.basename(p) for p in glob.glob(part)):
+                return True
+    return False
+
+
+def check_slurm_conf(text: str | None, source: str) -> Check:
+    """The slurm.conf lines the install asks for: ``Prolog``/``Epilog`` running the hooks and
+    ``PrologFlags=Alloc`` (fail without them: no job is sampled, or the sampler misses the
+    job's start), and, said but optional, ``MailProg`` and ``EpilogSlurmctld``. ``text`` is
+    ``scontrol show config``'s output or the file's text (``None``: neither could be read),
+    ``source`` where it came from."""
+    if text is None:
+        return Check(
+            "slurmconf",
+            Status.WARN,
+            f"cannot read Slurm's configuration ({source})",
+            "run doctor where scontrol works, or set SLURM_CONF to slurm.conf's path",
+        )
+    values = slurm_conf_values(text)
+    missing: list[str] = []
+    said: list[str] = []
+    for key, (wanted, required) in SLURM_CONF_KEYS.items():
+        value = values.get(key, "")
+        shown = value if value and value != "(null)" else "not set"
+        if key == "PrologFlags":
+            ok = wanted in {f.strip().lower() for f in value.split(",")}
+        else:
+            ok = _names_hook(value, wanted)
+        if ok:
+            said.append(f"{key} {shown}")
+        elif required:
+            missing.append(f"{key} is {shown}")
+        else:
+            said.append(f"{key} {shown} (optional: not slurm-gpu's)")
+    if missing:
+        return Check(
+            "slurmconf",
+            Status.FAIL,
+            f"{source}: " + "; ".join(missing),
+            "add the lines `slurm-gpu hooks install` prints to slurm.conf, then "
+            "`scontrol reconfigure` (docs/hooks.md)",
+        )
+    return Check("slurmconf", Status.OK, f"{source}: " + "; ".join(said))

@@ -23,12 +23,51 @@ class JobId:
 
     @property
     def query(self) -> str:
-        """The id to hand to ``sacct -j`` (without the step)."""
+        """The id to hand to ``sacct -j`` (without the step). A range of tasks asks for the
+        whole array (``sacct -j 61_[1-3]`` is refused: "Bad job array element"); the caller
+        keeps the tasks of ``tasks``."""
+        if self.array_task is not None and self.tasks is not None:
+            return self.job
         if self.array_task is not None:
             return f"{self.job}_{self.array_task}"
         if self.het_offset is not None:
             return f"{self.job}+{self.het_offset}"
         return self.job
+
+    @property
+    def tasks(self) -> frozenset[int] | None:
+        """The task ids of a range (``[1-5]``, ``[1,3,7-11:2]``; a ``%N`` limit is ignored);
+        ``None`` when the id names no range."""
+        if self.array_task is None or not self.array_task.startswith("["):
+            return None
+        return expand_tasks(self.array_task)
+
+
+#: Most tasks a range may name: Slurm's own MaxArraySize limit is at most 4,000,001.
+MAX_RANGE_TASKS = 4_000_001
+
+
+def expand_tasks(text: str) -> frozenset[int]:
+    """The task ids of ``[1-3,5,7-11:2%4]``; raises ``UsageError`` for a malformed range."""
+    body = text.strip("[]").split("%", 1)[0]
+    tasks: set[int] = set()
+    for part in body.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+        if m is None:
+            raise UsageError(
+                f"{text!r} is not a range of array tasks",
+                hint="e.g. 1234_[1-5], 1234_[1,3,7-11:2]",
+            )
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        step = int(m.group(3)) if m.group(3) else 1
+        if hi < lo or step < 1 or (hi - lo) // step + len(tasks) >= MAX_RANGE_TASKS:
+            raise UsageError(
+                f"{text!r} is not a range of array tasks",
+                hint="a range goes up (1-5), with a positive step (1-11:2)",
+            )
+        tasks.update(range(lo, hi + 1, step))
+    return frozenset(tasks)
 
 
 def parse_job_id(text: str) -> JobId:
@@ -40,6 +79,9 @@ def parse_job_id(text: str) -> JobId:
             hint="give a job id such as 1234, an array task 1234_7 or a het component 1234+0",
         )
     offset = match.group("offset")
+    task = match.group("task")
+    if task is not None and task.startswith("["):
+        expand_tasks(task)  # a malformed range is the user's error now, not accounting's
     return JobId(
         job=match.group("job"),
         array_task=match.group("task"),

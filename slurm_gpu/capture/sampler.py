@@ -341,6 +341,10 @@ class Sampler:
             gpus.append(
                 {
                     "uuid": acc.info.uuid,
+                    # The product name and minor number: gpueff shows a running job's GPUs
+                    # by model (not Slurm's gres type) and by /dev/nvidiaN, as when it ended.
+                    "name": acc.info.name,
+                    "minor_number": acc.info.minor_number,
                     "available": s.available,
                     "utilization_pct": s.utilization_pct,
                     "memory_used_bytes": s.memory_used_bytes,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from slurm_gpu.cli.common import settings_from
-from slurm_gpu.config import describe, example_toml
+from slurm_gpu.config import Settings, describe, example_toml
 
 
 @click.group("config")
@@ -21,7 +22,7 @@ def cli() -> None:
 def show(ctx: click.Context, as_json: bool) -> None:
     """Print every setting, its effective value and where it came from."""
     settings = settings_from(ctx)
-    rows = describe(settings)
+    rows = [_effective(settings, row) for row in describe(settings)]
     if as_json:
         click.echo(
             json.dumps(
@@ -38,6 +39,15 @@ def show(ctx: click.Context, as_json: bool) -> None:
     width = max(len(k) for k, *_ in rows)
     for key, value, source, _doc in rows:
         click.echo(f"{key:<{width}}  {json.dumps(value, default=list):<40}  # {source}")
+
+
+def _effective(settings: Settings, row: tuple[str, Any, str, str]) -> tuple[str, Any, str, str]:
+    """A row of ``describe`` with the value in effect where the setting's empty value means
+    one derived from others: an empty ``store.url`` is the SQLite file in ``paths.state_dir``."""
+    key, value, source, doc = row
+    if key == "store.url" and not value:
+        return key, settings.store_url, f"{source}: <paths.state_dir>/slurm-gpu.db", doc
+    return row
 
 
 @cli.command("check")

@@ -1,5 +1,6 @@
 """``slurm-gpu doctor``: check config, code, spool, state, backend, sampler launcher, log,
-GPUs, accounting, store, who can read stored data, and who can reach live data."""
+GPUs, accounting, store, who can read stored data, who can reach live data, and the
+slurm.conf lines the install asks for."""
 
 from __future__ import annotations
 
@@ -50,6 +51,24 @@ def _private_data(settings: object) -> frozenset[str] | None:
     sacctmgr = sacctmgr_path_for(settings.collector.sacctmgr_path, sacct)  # type: ignore[attr-defined]
     dbd = _output([sacctmgr, "show", "configuration"]) or ""
     return private_data(ctl) | dbd_private_data(dbd)
+
+
+def _slurm_conf(settings: object) -> tuple[str | None, str]:
+    """Slurm's configuration as slurmctld holds it (``scontrol show config``, beside an
+    absolute ``accounting.sacct_path``), else the file ``$SLURM_CONF`` or
+    ``/etc/slurm/slurm.conf`` names; (text or ``None``, where it came from)."""
+    from slurm_gpu.accounting.partitions import scontrol_path_for
+
+    scontrol = scontrol_path_for(settings.accounting.sacct_path)  # type: ignore[attr-defined]
+    text = _output([scontrol, "show", "config"])
+    if text is not None:
+        return text, "scontrol show config"
+    path = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20), path
+    except OSError:
+        return None, f"scontrol cannot be run and {path} cannot be read"
 
 
 def _rls_missing(settings: object) -> list[str]:
@@ -147,12 +166,22 @@ CHECKS = (
     "live",
     "exporter",
     "transport",
+    "slurmconf",
 )
 
-#: Checks that act on the settings (open GPUs, run sacct, open the store, connect to the
-#: exporter's address): not run on a configuration file that is not trusted, whose sacct_path,
-#: store URL or addresses another account chose.
-ACTING = ("telemetry", "accounting", "store", "visibility", "live", "exporter", "transport")
+#: Checks that act on the settings (open GPUs, run sacct or scontrol, open the store, connect
+#: to the exporter's address): not run on a configuration file that is not trusted, whose
+#: sacct_path, store URL or addresses another account chose.
+ACTING = (
+    "telemetry",
+    "accounting",
+    "store",
+    "visibility",
+    "live",
+    "exporter",
+    "transport",
+    "slurmconf",
+)
 
 
 @click.command("doctor")
@@ -216,6 +245,7 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
         "transport": lambda: doctor.check_transport(
             settings, functools.partial(_node_role_excess, settings)
         ),
+        "slurmconf": lambda: doctor.check_slurm_conf(*_slurm_conf(settings)),
     }
     # Partitions read from the site's Prometheus: which of each source's series it holds,
     # per node (docs/install-prometheus.md).

@@ -30,22 +30,10 @@ CALLER_UID_KEY = "gpueff_caller_uid"
 
 
 def _parse_since(text: str, now_s: float) -> float:
-    """``2026-11-01``, ``2026-11-01T08:00``, or a relative ``3d`` / ``12h`` / ``30m``."""
-    text = text.strip()
-    units = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-    if text[:-1].isdigit() and text[-1:] in units:
-        return now_s - int(text[:-1]) * units[text[-1]]
-    from datetime import datetime
+    """``--since``: a time before now (``3d``) or a local date (``slurm_gpu.cli.when``)."""
+    from slurm_gpu.cli.when import parse_when
 
-    for pattern in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"):
-        try:
-            return datetime.strptime(text, pattern).timestamp()
-        except ValueError:
-            continue
-    raise UsageError(
-        f"--since {text!r} is not a date",
-        hint="use YYYY-MM-DD, YYYY-MM-DDTHH:MM, or a relative 3d, 12h, 2w",
-    )
+    return parse_when(text, now_s=now_s, utc=False)
 
 
 def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, Any]:
@@ -71,6 +59,7 @@ def _run(
     as_json: bool,
     colour: bool | None,
     config_path: str | None,
+    debug: bool = False,
 ) -> None:
     from slurm_gpu.jobreport import service
 
@@ -111,7 +100,7 @@ def _run(
 
         use_colour = output.use_colour(colour)
         renderer = TerminalRenderer(
-            colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True
+            colour=use_colour, template_dir=settings.gpueff.template_dir, cache=True, debug=debug
         )
         if getattr(pending, "asked_accounting", True):
             # Load the templates while accounting answers; without a wait, only the one
@@ -148,7 +137,11 @@ def _run(
 @click.command("gpueff", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("job_ids", nargs=-1)
 @click.option("-u", "--user", help="List this user's recent jobs (default: you, with --since).")
-@click.option("-S", "--since", help="Start of the listing: YYYY-MM-DD[THH:MM] or 3d, 12h, 2w.")
+@click.option(
+    "-S",
+    "--since",
+    help="Start of the listing: 3d, 12h, 30m, 2w before now, or YYYY-MM-DD[THH:MM] (local).",
+)
 @click.option(
     "--limit",
     default=50,
@@ -187,7 +180,7 @@ def cli(
     run_guarded(
         "gpueff",
         debug,
-        lambda: _run(ctx, job_ids, user, since, limit, as_json, colour, config_path),
+        lambda: _run(ctx, job_ids, user, since, limit, as_json, colour, config_path, debug),
     )
 
 

@@ -31,6 +31,7 @@ def cli() -> None:
     "--config",
     "config",
     default=None,
+    type=click.Path(dir_okay=False),
     help="Configuration file the hooks read (default: --config of slurm-gpu, "
     f"${ENV_VAR}, or {DEFAULT_PATH}).",
 )
@@ -42,8 +43,8 @@ def install(ctx: click.Context, dest: str, config: str | None) -> None:
     root, a configuration file that is not trusted is refused (exit 3), and an interpreter or
     package that another account could change is warned about.
 
-    Then point slurm.conf at them: Prolog=DEST/slurm-gpu-prolog, Epilog=DEST/slurm-gpu-epilog
-    (see docs/hooks.md).
+    Then point slurm.conf at them (the lines are printed): Prolog=DEST/slurm-gpu-prolog,
+    Epilog=DEST/slurm-gpu-epilog, PrologFlags=Alloc (see docs/hooks.md).
     """
     root = ctx.find_root().ensure_object(dict)
     path = config or root.get("config_path") or os.environ.get(ENV_VAR) or DEFAULT_PATH
@@ -83,3 +84,21 @@ def install(ctx: click.Context, dest: str, config: str | None) -> None:
         raise UsageError(
             f"cannot write to {dest}: {exc.strerror}", hint="run as root or choose another --dest"
         ) from None
+    where = os.path.abspath(dest)
+    click.echo("")
+    click.echo("Next: add these lines to slurm.conf on every node (docs/hooks.md):")
+    click.echo("")
+    for line in slurm_conf_lines(where):
+        click.echo(line)
+    click.echo("")
+    click.echo("then run `scontrol reconfigure` and check with `slurm-gpu doctor`.")
+
+
+def slurm_conf_lines(dest: str) -> tuple[str, ...]:
+    """The slurm.conf lines that run the hooks installed in ``dest`` (``doctor`` checks
+    them: ``doctor.SLURM_CONF_KEYS``)."""
+    return (
+        f"Prolog={dest}/slurm-gpu-prolog",
+        f"Epilog={dest}/slurm-gpu-epilog",
+        "PrologFlags=Alloc",
+    )

@@ -14,8 +14,8 @@ sends (``slurm_gpu.notify.drain``). Every other mail, and any mail this program 
 goes to the site's ordinary mail program with Slurm's three arguments, so users never lose
 Slurm's own notice. See ``docs/mail.md``.
 
-``slurm-gpu mail --flush`` (cron: waiting mails and due digests), ``--policy`` and
-``--dry-run DIR`` are the admin command's, never the MailProg's.
+``slurm-gpu mail --flush`` (cron: waiting mails and due digests), ``--policy --since WHEN``
+and ``--dry-run --mail-dir DIR`` are the admin command's, never the MailProg's.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 import click
 
+from slurm_gpu.cli.when import deprecated, parse_when
 from slurm_gpu.config import Settings, load_settings  # noqa: TID251 (a composition root reads the config)
 from slurm_gpu.errors import ConfigError, MailError, SlurmGpuError, UsageError
 from slurm_gpu.notify.slurmcall import (
@@ -305,10 +306,18 @@ def _settings(ctx: click.Context, config_path: str | None) -> Settings:
 )
 @click.option(
     "--dry-run",
-    "dry_run_dir",
+    "dry_run",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="",
+    help="Send nothing: write the mails into --mail-dir (as police --dry-run --mail-dir).",
+)
+@click.option(
+    "--mail-dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Write .eml files into this directory instead of sending.",
+    help="Write the mails as .eml files in this directory instead of sending them.",
 )
 @click.option(
     "--foreground",
@@ -322,11 +331,20 @@ def _settings(ctx: click.Context, config_path: str | None) -> Settings:
 )
 @click.option(
     "--policy",
-    "policy_since",
+    "policy",
+    is_flag=False,
+    flag_value="",
     default=None,
-    help="Site policy run (cron): mail users whose jobs that ended since this many hours "
-    "ago wasted [mail] waste_min_gpu_hours, then exit.",
-    type=click.FloatRange(min=0.01),
+    metavar="",
+    help="Site policy run (cron): mail users whose jobs that ended since --since wasted "
+    "[mail] waste_min_gpu_hours, then exit.",
+)
+@click.option(
+    "--since",
+    "since",
+    default=None,
+    metavar="WHEN",
+    help="With --policy: 24h, 3d before now, or a date (UTC); default: 24h.",
 )
 @click.argument("recipients", nargs=-1)
 @click.pass_context
@@ -334,10 +352,12 @@ def cli(
     ctx: click.Context,
     subject: str | None,
     config_path: str | None,
-    dry_run_dir: str | None,
+    dry_run: str | None,
+    mail_dir: str | None,
     foreground: bool,
     flush: bool,
-    policy_since: float | None,
+    policy: str | None,
+    since: str | None,
     recipients: tuple[str, ...],
 ) -> None:
     """Admin side of the e-mail after jobs: flush, site policy, or one mail by hand (e.g.
@@ -346,6 +366,8 @@ def cli(
 
     obj = ctx.find_root().ensure_object(dict)
     factory = obj.get(NOTIFIER_KEY) or build_notifier
+    dry_run_dir = _mail_dir(dry_run, mail_dir)
+    policy_since = _policy_since(policy, since)
     settings = _settings(ctx, config_path)
 
     if flush:
@@ -370,7 +392,7 @@ def cli(
             return
         notifier = factory(settings, dry_run_dir)
         now = time.time()
-        jobs = notifier.accounting.jobs_between(now - policy_since * 3600, now)
+        jobs = notifier.accounting.jobs_between(policy_since, now)
         mailed = policy_mails(
             notifier,
             jobs,
@@ -402,6 +424,40 @@ def cli(
         _log(f"job {req.job_id}: {err.message}; using the fallback")
         rc = _run_fallback(fallback)
         sys.exit(0 if rc == 0 else MailError.exit_code)
+
+
+def _mail_dir(dry_run: str | None, mail_dir: str | None) -> str | None:
+    """Where the mails go instead of being sent (``None``: sent). ``--dry-run DIR``, the old
+    spelling, still works, with one deprecation line."""
+    if dry_run:
+        click.echo(deprecated("--dry-run DIR", "--dry-run --mail-dir DIR"), err=True)
+        return dry_run
+    if dry_run is not None and mail_dir is None:
+        raise click.UsageError("--dry-run writes the mails into --mail-dir DIR: give it")
+    return mail_dir
+
+
+def _policy_since(policy: str | None, since: str | None) -> float | None:
+    """The start of a ``--policy`` run's period, seconds since the epoch (``None``: no policy
+    run). ``--policy HOURS``, the old spelling, still works, with one deprecation line."""
+    if policy is None:
+        if since is not None:
+            raise click.UsageError("--since goes with --policy")
+        return None
+    now = time.time()
+    if policy:
+        try:
+            hours = float(policy)
+        except ValueError:
+            raise click.BadParameter(
+                f"{policy!r} is not a number of hours", param_hint="--policy"
+            ) from None
+        if hours < 0.01:
+            raise click.BadParameter(f"{policy!r} is below 0.01 hours", param_hint="--policy")
+        same = f"{hours:g}h" if hours == int(hours) else f"{round(hours * 60)}m"
+        click.echo(deprecated(f"--policy {policy}", f"--policy --since {same}"), err=True)
+        return now - hours * 3600
+    return parse_when(since or "24h", now_s=now, utc=True)
 
 
 def main() -> None:

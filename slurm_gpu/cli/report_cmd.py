@@ -19,18 +19,13 @@ from slurm_gpu.errors import ConfigError, MailError, UsageError
 
 
 def _parse_date(value: str | None, option: str) -> float | None:
-    """``YYYY-MM-DD`` (midnight UTC) or ``YYYY-MM-DDTHH:MM[:SS]`` (UTC) to epoch seconds."""
+    """``--since``/``--until``: a time before now (``7d``) or a date, UTC without an offset
+    (``slurm_gpu.cli.when``)."""
     if value is None:
         return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise UsageError(
-            f"{option}: not a date: {value!r}", hint="write it as 2026-11-16 or 2026-11-16T08:00"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    from slurm_gpu.cli.when import parse_when
+
+    return parse_when(value, now_s=time.time(), utc=True, option=option)
 
 
 def _write(path: str, text: str, group: str = "") -> None:
@@ -107,11 +102,15 @@ def cli() -> None:
 @click.option(
     "--since",
     "since",
-    metavar="DATE",
-    help="Start (UTC) of the period; default: Monday 00:00 of the last full week.",
+    metavar="WHEN",
+    help="Start of the period: 7d, 2w before now, or a date (UTC); default: Monday 00:00 of "
+    "the last full week.",
 )
 @click.option(
-    "--until", "until", metavar="DATE", help="End (UTC, excluded); default: since + 7 days."
+    "--until",
+    "until",
+    metavar="WHEN",
+    help="End of the period (excluded), same forms; default: since + 7 days.",
 )
 @click.option(
     "--out",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -20,8 +21,17 @@ def migrate(ctx: click.Context) -> None:
     """Create the store or bring it to this release's schema (a no-op when it is current)."""
     from slurm_gpu.store import mask_url, migrate_store
     from slurm_gpu.store.migrations import LATEST_VERSION
+    from slurm_gpu.store.urls import sqlite_path
 
     settings = settings_from(ctx)
+    path = sqlite_path(settings.store_url)
+    if path is not None:
+        # As every writer (``open_store``): the file is created 0600 in a 0700 directory,
+        # never with the process's umask.
+        from slurm_gpu.store.filemode import secure_sqlite_file
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        secure_sqlite_file(path, settings.store.admin_group, state_dir=settings.paths.state_dir)
     applied = migrate_store(settings.store_url)
     url = mask_url(settings.store_url)
     if not applied:
@@ -208,21 +218,25 @@ def prune(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
 
 def _epoch(text: str, name: str) -> float:
-    """A date (YYYY-MM-DD, UTC midnight) or a full ISO time, as seconds since the epoch."""
-    import datetime as dt
+    """``--since``/``--until``: a time before now (``7d``) or a date, UTC without an offset
+    (``slurm_gpu.cli.when``), as seconds since the epoch."""
+    import time
 
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a date (YYYY-MM-DD)", param_hint=name) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
+    from slurm_gpu.cli.when import parse_when
+
+    return parse_when(text, now_s=time.time(), utc=True, option=name)
 
 
 @cli.command("export")
-@click.option("--since", required=True, help="First day (YYYY-MM-DD, UTC), by job end.")
-@click.option("--until", required=True, help="Day after the last (YYYY-MM-DD, UTC), exclusive.")
+@click.option(
+    "--since",
+    required=True,
+    metavar="WHEN",
+    help="Start, by job end: 7d, 2w before now, or a date (YYYY-MM-DD[THH:MM], UTC).",
+)
+@click.option(
+    "--until", default=None, metavar="WHEN", help="End (excluded), same forms; default: now."
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True
 )
@@ -235,13 +249,15 @@ def _epoch(text: str, name: str) -> float:
 )
 @click.option("--out", "out_path", required=True, help="Output file; '-' writes CSV to stdout.")
 @click.pass_context
-def export(ctx: click.Context, since: str, until: str, fmt: str, what: str, out_path: str) -> None:
+def export(
+    ctx: click.Context, since: str, until: str | None, fmt: str, what: str, out_path: str
+) -> None:
     """Export job summaries or findings of jobs that ended in [--since, --until), streaming
     (memory stays flat). Columns: docs/store.md. Parquet needs pyarrow (slurm-gpu[export])."""
     from slurm_gpu.store import Store
     from slurm_gpu.store.export import export as run_export
 
-    start, end = _epoch(since, "--since"), _epoch(until, "--until")
+    start, end = _epoch(since, "--since"), _epoch(until or "0m", "--until")
     settings = settings_from(ctx)
     with Store.open(settings.store_url, migrate=False) as store:
         r = run_export(store.engine, out_path, since_s=start, until_s=end, fmt=fmt, what=what)

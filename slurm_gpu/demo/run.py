@@ -115,7 +115,7 @@ def run_demo(settings: Settings, opts: DemoOptions, echo: Echo) -> int:
     try:
         ids = [j.job_id for j in jobs]
         echo.out(f"waiting for {len(ids)} jobs (4 GPUs, so they run in rounds) ...")
-        left = wait_for(ids, timeout_s=timeout_s)
+        left = wait_for(ids, timeout_s=timeout_s, progress=echo.out)
         if left:
             echo.err(f"still running after {timeout_s:g}s: {', '.join(sorted(left))}")
         ended = [j for j in jobs if j.job_id not in left]

@@ -130,6 +130,10 @@ def active_jobs(job_ids: Sequence[str], runner: Runner = run_command) -> set[str
     return {j for j in job_ids if j in listed}
 
 
+#: Seconds between two progress lines while no job ends (``wait_for``).
+PROGRESS_EVERY_S = 30.0
+
+
 def wait_for(
     job_ids: Sequence[str],
     *,
@@ -138,13 +142,25 @@ def wait_for(
     runner: Runner = run_command,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[str], None] | None = None,
 ) -> set[str]:
     """Wait until none of ``job_ids`` is in squeue any more; returns those still there at the
-    timeout (empty when all ended)."""
-    deadline = clock() + timeout_s
+    timeout (empty when all ended). ``progress`` gets a line (``3 of 11 jobs done, 42 s``)
+    at the start, whenever a job ends and every ``PROGRESS_EVERY_S`` in between, so that a
+    wait of minutes is never silent."""
+    start = clock()
+    deadline = start + timeout_s
+    said: tuple[int, float] | None = None
     while True:
         left = active_jobs(job_ids, runner)
-        if not left or clock() >= deadline:
+        now = clock()
+        done = len(job_ids) - len(left)
+        if progress is not None and (
+            said is None or done != said[0] or now - said[1] >= PROGRESS_EVERY_S
+        ):
+            progress(f"  {done} of {len(job_ids)} jobs done, {now - start:.0f} s")
+            said = (done, now)
+        if not left or now >= deadline:
             return left
         sleep(poll_s)
 

@@ -41,8 +41,14 @@ Wording = Callable[[Any], tuple[str, str]]
 
 
 def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobReport:
-    """The report of a job before any telemetry is known: accounting part and a status."""
-    gpus = job.alloc_tres.gpus or 0
+    """The report of a job before any telemetry is known: accounting part and a status.
+
+    A job that has not ended has no exit code yet (``None``: accounting's ``0:0`` is a
+    placeholder); one that has not started has no allocation, so its GPUs and their type
+    are the ones it asked for."""
+    started = job.state not in NOT_STARTED_STATES
+    tres = job.alloc_tres if started or job.alloc_tres.gpus else job.req_tres
+    gpus = tres.gpus or 0
     if job.state in NOT_STARTED_STATES:
         status, note = TelemetryStatus.NOT_STARTED, "The job has not started yet."
     elif gpus == 0:
@@ -60,8 +66,9 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
         status = TelemetryStatus.PENDING
         note = "GPU telemetry for this job has not been collected yet; try again in a minute."
     model = None
-    if job.alloc_tres.gpu_types:
-        model = ", ".join(name for name, _ in job.alloc_tres.gpu_types)
+    if tres.gpu_types:
+        model = ", ".join(name for name, _ in tres.gpu_types)
+    ended = started and job.state not in RUNNING_STATES
     return JobReport(
         job_id=job.job_id,
         job_id_display=job.job_id_display,
@@ -70,7 +77,7 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
         account=job.account,
         partition=job.partition,
         state=job.state,
-        exit_code=job.exit_code,
+        exit_code=job.exit_code if ended else None,
         elapsed_s=job.elapsed_s,
         time_limit_s=job.time_limit_s,
         start_s=job.start_s,
@@ -184,6 +191,26 @@ def evidence_pair(key: str, value: Any) -> tuple[str, str]:
     return key.replace("_", " "), fmt.clean(value)
 
 
+#: First or last words of evidence keys that count things (``gpus_used``, ``nodes``,
+#: ``xid_count``, ``idle_phases``): shown to people as plain numbers.
+_COUNT_WORDS = frozenset(
+    {"gpus", "nodes", "steps", "samples", "count", "processes", "phases", "cpus", "tasks"}
+)
+
+
+def for_people(key: str, value: Any) -> bool:
+    """Whether an evidence item is shown to people: a number with a unit in its key
+    (``_pct``, ``_bytes``, ``_s``, ``_j``, ``_w``, ``_gpu_hours``) or a count, and not a
+    flag (``True``/``False``, ``process_seen 0``) nor an identifier or free text (those
+    stay in ``--json`` and behind ``--debug``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if any(key.endswith(suffix) for suffix, _ in _UNITS):
+        return True
+    words = key.split("_")
+    return words[0] in _COUNT_WORDS or words[-1] in _COUNT_WORDS
+
+
 def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
     """A finding (anything with ``code``, ``severity``, ``cause``, ``evidence``) with words."""
     code = str(finding.code)
@@ -194,7 +221,9 @@ def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
         cause = getattr(cause, "value", None)
     evidence_raw = getattr(finding, "evidence", ()) or ()
     items = evidence_raw.items() if isinstance(evidence_raw, Mapping) else evidence_raw
-    pairs = tuple(evidence_pair(str(k), v) for k, v in items)
+    listed = [(str(k), v) for k, v in items]
+    pairs = tuple(evidence_pair(k, v) for k, v in listed)
+    people = tuple(p for p, (k, v) in zip(pairs, listed, strict=True) if for_people(k, v))
     if wording is not None:
         title, text = wording(finding)
     else:
@@ -206,6 +235,8 @@ def finding_view(finding: Any, wording: Wording | None = None) -> FindingView:
         title=title,
         text=text,
         evidence=pairs,
+        evidence_keys=tuple(k for k, _ in listed),
+        people_evidence=people,
     )
 
 

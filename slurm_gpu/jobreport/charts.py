@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from slurm_gpu.jobreport.model import JobReport
 
@@ -27,8 +28,14 @@ class Chart:
 _COLOURS = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#000000", "#bf9000", "#2e75b6", "#843c0c")
 
 
-def utilization_png(report: JobReport, *, width_px: int = 640, height_px: int = 220) -> bytes:
-    """PNG bytes of each GPU's duty cycle over the job (x: minutes since start)."""
+#: The y axis starts below 0 % so that an idle GPU's line (at 0 %) is drawn above the x axis,
+#: not hidden in it.
+Y_MIN_PCT = -6.0
+
+
+def utilization_figure(report: JobReport, *, width_px: int = 640, height_px: int = 220) -> Any:
+    """The chart as a matplotlib ``Figure`` (laid out, not yet saved): each GPU's duty cycle
+    over the job (x: minutes since start), the legend above the plot, never over a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,8 +58,10 @@ def utilization_png(report: JobReport, *, width_px: int = 640, height_px: int = 
             color=_COLOURS[i % len(_COLOURS)],
             linewidth=1.6,
             label=f"{g.node}:{g.slot if g.slot is not None else i}",
+            zorder=3,
         )
-    ax.set_ylim(0, 105)
+    ax.set_ylim(Y_MIN_PCT, 105)
+    ax.set_yticks([0, 25, 50, 75, 100])
     ax.set_xlim(0, minutes)
     ax.set_ylabel("busy %")
     ax.set_xlabel("minutes since start")
@@ -60,8 +69,22 @@ def utilization_png(report: JobReport, *, width_px: int = 640, height_px: int = 
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     if len(report.gpus) > 1:
-        ax.legend(loc="upper right", fontsize=8, frameon=False, ncol=min(4, len(report.gpus)))
+        # Above the plotting area: over the lines it would hide a busy GPU's line.
+        ax.legend(
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            fontsize=8,
+            frameon=False,
+            ncol=min(6, len(report.gpus)),
+            borderaxespad=0.2,
+        )
     fig.tight_layout()
+    return fig
+
+
+def utilization_png(report: JobReport, *, width_px: int = 640, height_px: int = 220) -> bytes:
+    """PNG bytes of ``utilization_figure``."""
+    fig = utilization_figure(report, width_px=width_px, height_px=height_px)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

@@ -5,6 +5,8 @@ Each takes ``None`` for "not known" and returns ``n/a`` for it, never a misleadi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from slurm_gpu.analysis.energy import energy_text
 
 NA = "n/a"
@@ -50,9 +52,50 @@ def watts(value: float | None) -> str:
     return NA if value is None else f"{value:.0f} W"
 
 
-def energy(joules: float | None) -> str:
-    """Energy in the largest unit that reads well (``1.23 kWh``, ``45.6 Wh``): the one form
-    every report uses (``analysis.energy.energy_text``)."""
+#: Joules per energy unit.
+_ENERGY_UNITS = {"J": 1.0, "Wh": 3600.0, "kWh": 3.6e6}
+
+
+def energy_unit(values: Iterable[float | None], *, total: bool = False) -> str:
+    """The one unit for a column of energies, joules: the unit of its largest value (``kWh``
+    from 1 kWh, ``Wh`` from 1 Wh, else ``J``), so that a column never mixes units. A
+    ``total`` is never in joules (a job's energy reads as ``0.895 Wh``, not ``3223 J``)."""
+    top = max((abs(v) for v in values if v is not None), default=0.0)
+    if top >= _ENERGY_UNITS["kWh"]:
+        return "kWh"
+    if top >= _ENERGY_UNITS["Wh"] or total:
+        return "Wh"
+    return "J"
+
+
+def _three_digits(value: float) -> str:
+    """Three significant digits in fixed point (``0.611``, ``3.87``, ``45.6``, ``2200``)."""
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if value else "0"
+
+
+def energy_total(joules: float | None) -> str:
+    """A job's (or a group's) total energy in ``Wh`` or ``kWh``."""
+    if joules is None:
+        return NA
+    return energy(joules, energy_unit([joules], total=True))
+
+
+def energy(joules: float | None, unit: str | None = None) -> str:
+    """Energy in ``unit`` (``J``, ``Wh``, ``kWh``: the column's, from ``energy_unit``), or
+    without one in the largest unit that reads well (``1.23 kWh``, ``45.6 Wh``), as every
+    report writes it (``analysis.energy.energy_text``)."""
+    if joules is None:
+        return NA
+    if unit in _ENERGY_UNITS:
+        return f"{_three_digits(joules / _ENERGY_UNITS[unit])} {unit}"
+    # The one form every report uses alone (``analysis.energy.energy_text``).
     return energy_text(joules)
 
 

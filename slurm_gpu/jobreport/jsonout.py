@@ -84,6 +84,7 @@ _FINDING = {
         "title": {"type": "string"},
         "text": {"type": "string"},
         "evidence": {"type": "object", "additionalProperties": {"type": "string"}},
+        "evidence_keys": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -286,6 +287,7 @@ def job_json(r: JobReport) -> dict[str, Any]:
                 "title": f.title,
                 "text": f.text,
                 "evidence": dict(f.evidence),
+                "evidence_keys": dict(f.keyed_evidence),
             }
             for f in r.findings
         ],

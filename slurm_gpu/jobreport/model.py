@@ -14,6 +14,7 @@ from enum import StrEnum
 from slurm_gpu.analysis.energy import JobEnergy
 from slurm_gpu.analysis.metrics import wasted_gpu_hours_of
 from slurm_gpu.config import AnalysisSettings, EnergySettings
+from slurm_gpu.jobreport.fmt import energy_unit
 
 #: The analysis's default threshold of an unused GPU, percent (``[analysis]``).
 UNUSED_MAX_DUTY_PCT: float = AnalysisSettings().unused_max_duty_pct
@@ -84,7 +85,25 @@ class FindingView:
     title: str
     text: str
     evidence: tuple[tuple[str, str], ...] = ()
-    """(label, formatted value) pairs."""
+    """(label, formatted value) pairs, every item of the analysis's evidence."""
+    evidence_keys: tuple[str, ...] = ()
+    """The analysis's key of each ``evidence`` pair, in the same order (``--json``,
+    ``--debug``); empty for a report rendered before keys were kept."""
+    people_evidence: tuple[tuple[str, str], ...] | None = None
+    """The pairs people are shown: named quantities with units and counts, without the
+    internal 0/1 flags and identifiers (``adapter.for_people``); ``None``: all of them."""
+
+    @property
+    def shown_evidence(self) -> tuple[tuple[str, str], ...]:
+        """The evidence a report shows people."""
+        return self.evidence if self.people_evidence is None else self.people_evidence
+
+    @property
+    def keyed_evidence(self) -> tuple[tuple[str, str], ...]:
+        """(key, formatted value) of every item, for ``--json`` and ``--debug``."""
+        if len(self.evidence_keys) != len(self.evidence):
+            return self.evidence
+        return tuple((k, v) for k, (_, v) in zip(self.evidence_keys, self.evidence, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +162,20 @@ class Telemetry:
     page_base_url: str = ""
     """``[web] base_url``, added by the reader that knows the settings: the report links to
     the job's web page under it; empty: no link."""
+    uncollected: bool = False
+    """The job ended but its record is not in the store (yet): ``gpus`` are the node's last
+    live summary, if it still has one, and ``notes`` say why nothing more is known."""
 
 
 #: A running job's numbers read from its node's live summary on this host.
 LIVE_SOURCE_SPOOL = "spool"
 #: A running job's numbers read from Prometheus (``[live] prometheus_url``).
 LIVE_SOURCE_PROMETHEUS = "prometheus"
+
+
+#: Statuses whose report may hold GPU lines: the sealed record, the live summary of a running
+#: job, or the last live summary of an ended job not collected yet.
+_WITH_NUMBERS = frozenset({TelemetryStatus.FINAL, TelemetryStatus.LIVE, TelemetryStatus.PENDING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +258,7 @@ class JobReport:
     @property
     def has_gpu_numbers(self) -> bool:
         """Whether the report holds per-GPU telemetry to show."""
-        return self.telemetry in (TelemetryStatus.FINAL, TelemetryStatus.LIVE) and bool(self.gpus)
+        return self.telemetry in _WITH_NUMBERS and bool(self.gpus)
 
     @property
     def gpu_hours_allocated(self) -> float:
@@ -263,6 +290,11 @@ class JobReport:
             if g.duty_mean_pct is not None
         ]
         return wasted_gpu_hours_of(observed, self.elapsed_s)
+
+    @property
+    def energy_unit(self) -> str:
+        """The one unit of the per-GPU energy column (``fmt.energy_unit``: J, Wh or kWh)."""
+        return energy_unit(g.energy_j for g in self.gpus)
 
     @property
     def energy_j(self) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slurm_gpu.jobreport.arrays import summarize, summary_lines
 from slurm_gpu.jobreport.model import JobReport
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.jobreport.tty import use_colour as use_colour
@@ -13,7 +14,8 @@ from slurm_gpu.jobreport.tty import use_colour as use_colour
 def render_groups(
     renderer: TerminalRenderer, groups: Sequence[tuple[str, Sequence[JobReport]]]
 ) -> str:
-    """One full report per single job, a table per array; a blank line between them."""
+    """One full report per single job, a table per array (or range of tasks) with the tasks'
+    summary under it; a blank line between them."""
     parts = []
     for typed, group in groups:
         if len(group) == 1:
@@ -22,6 +24,7 @@ def render_groups(
             parts.append(
                 f"Array {typed}: {len(group)} tasks\n"
                 + renderer.table(group)
-                + f"(gpueff {typed}_N shows one task in full)\n"
+                + "".join(f"{line}\n" for line in summary_lines(summarize(group)))
+                + f"(gpueff {typed.split('_', 1)[0]}_N shows one task in full)\n"
             )
     return "\n".join(parts)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import StoreError
+from slurm_gpu.errors import StoreError, StoreNotReadyError
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.model import Telemetry
 from slurm_gpu.records import JobRecord
@@ -95,9 +95,16 @@ class StoreAndSpoolReader:
         cache_templates: bool = False,
         store: Any = None,
         wording: adapter.Wording | None = None,
+        answer_uncollected: bool = False,
     ) -> None:
         """``store`` and ``wording``: an open store reader and a findings wording to use
-        instead of opening them (the caller keeps and closes the store)."""
+        instead of opening them (the caller keeps and closes the store).
+        ``answer_uncollected`` (``gpueff``): ``final`` answers an ended job the store does not
+        hold, or a store closed to the caller without their report file, as "not collected
+        yet" (``Telemetry.uncollected``, with the node's last live summary where this host
+        has it) rather than ``None`` or the store's error; the mail program keeps the default
+        and waits for the record."""
+        self._answer_uncollected = answer_uncollected
         self._settings = settings
         self._spark_points = spark_points
         self._cache_templates = cache_templates
@@ -200,19 +207,48 @@ class StoreAndSpoolReader:
         if stored is None:
             try:
                 stored = self._open_store().get_job(job.job_id, timelines=TIMELINES)
-            except StoreError:
+            except StoreNotReadyError:
+                # Not created or behind this release: the site's state, not this job's (the
+                # mail program waits for it like for a record).
+                raise
+            except StoreError as exc:
                 # A store closed to this user: their own job's GPU part from the file the
-                # collector wrote for them alone, else the store's error.
+                # collector wrote for them alone; without one, for gpueff, the job is not
+                # collected yet (the collector writes every collected job's file) or, where
+                # no files are written, not readable here: one job's answer, never the whole
+                # command's error, so a listing goes on with the other jobs.
                 own = self._from_report_file(job)
                 if own is None:
-                    raise
+                    if not self._answer_uncollected:
+                        raise
+                    return self._not_collected(job, closed=exc)
                 self._ahead[job.job_id] = own
                 return own
         if stored is None:
-            return None
+            return self._not_collected(job) if self._answer_uncollected else None
         tel = adapter.telemetry_from_stored(stored, self._words(), spark_points=self._spark_points)
         self._ahead[job.job_id] = tel
         return tel
+
+    def _not_collected(self, job: JobRecord, closed: StoreError | None = None) -> Telemetry | None:
+        """The GPU part of an ended job the store does not hold (``closed``: the store could
+        not be read): the node's last live summary where this host still has it (the epilog
+        removes it), and a note when the store was closed and no report files are written;
+        ``None`` when there is nothing to add to "not collected yet"."""
+        from dataclasses import replace
+
+        notes: tuple[str, ...] = ()
+        if closed is not None and not self._settings.gpueff.cache_reports:
+            notes = (
+                f"The store is not readable here ({closed.message}): if the job was "
+                "collected, ask the site to set [gpueff] cache_reports.",
+            )
+        local = self._live_local(job)
+        if local is None and not notes:
+            return None
+        if local is None:
+            return Telemetry(gpus=(), live=False, notes=notes, uncollected=True)
+        return replace(local, notes=(*local.notes, *notes), uncollected=True)
 
     def _from_report_file(self, job: JobRecord) -> Telemetry | None:
         """The telemetry of the caller's own job from their report file (``reportfiles``),
@@ -340,7 +376,18 @@ def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
         live=bool(d["live"]),
         updated_s=d.get("updated_s"),
         findings=tuple(
-            FindingView(**{**f, "evidence": tuple(tuple(e) for e in f.get("evidence", ()))})
+            FindingView(
+                **{
+                    **f,
+                    "evidence": tuple(tuple(e) for e in f.get("evidence", ())),
+                    "evidence_keys": tuple(f.get("evidence_keys", ())),
+                    "people_evidence": (
+                        None
+                        if f.get("people_evidence") is None
+                        else tuple(tuple(e) for e in f["people_evidence"])
+                    ),
+                }
+            )
             for f in d.get("findings", ())
         ),
         recommendations=tuple(
@@ -354,4 +401,4 @@ def telemetry_from_dict(d: dict[str, Any]) -> Telemetry:
 
 def make_reader(settings: Settings) -> StoreAndSpoolReader:
     """The reader ``gpueff`` uses outside tests (compiled finding templates cached)."""
-    return StoreAndSpoolReader(settings, cache_templates=True)
+    return StoreAndSpoolReader(settings, cache_templates=True, answer_uncollected=True)

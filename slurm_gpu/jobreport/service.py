@@ -131,6 +131,18 @@ def report_for(job: JobRecord, reader: TelemetryReader, *, min_elapsed_s: float)
         return base
     if tel.page_base_url:
         base = replace(base, page_url=page_url(tel.page_base_url, job.job_id_display))
+    if tel.uncollected:
+        # Ended, not in the store yet: still "not collected yet", with the node's last live
+        # numbers where it still has them.
+        models = sorted({g.name for g in tel.gpus if g.name})
+        return replace(
+            base,
+            gpus=tel.gpus,
+            gpu_model=", ".join(models) if models else base.gpu_model,
+            notes=tuple(tel.notes),
+            live_updated_s=tel.updated_s,
+            live_source=tel.source or None,
+        )
     if tel.live and not tel.gpus:
         # No live number here (no Prometheus, or it did not answer): the accounting part
         # as before, and the reason, never an empty GPU part that would read as idle.
@@ -177,6 +189,10 @@ class NoAccounting:
 def _matches(typed: str, job: JobRecord) -> bool:
     """Whether accounting's ``job`` answers the id the user typed."""
     parsed = parse_job_id(typed)
+    tasks = parsed.tasks
+    if tasks is not None:
+        task = job.array_task_id or ""
+        return job.array_job_id == parsed.job and task.isdigit() and int(task) in tasks
     if parsed.array_task is not None:
         return job.array_job_id == parsed.job and job.array_task_id == parsed.array_task
     if parsed.het_offset is not None:

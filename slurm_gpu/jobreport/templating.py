@@ -36,6 +36,8 @@ def filters() -> dict[str, Callable[..., Any]]:
         "energy": fmt.energy,
         "energy_summary": energy_fmt.summary_text,
         "co2": energy_fmt.co2_text,
+        "energy_total": fmt.energy_total,
+        "energy_unit": fmt.energy_unit,
         "hours": fmt.hours,
         "bar": fmt.bar,
         "spark": fmt.sparkline,

@@ -27,6 +27,8 @@ _RESET = "\x1b[0m"
 _STATUS_LABEL = {
     TelemetryStatus.FINAL: "final, from the job's sealed record",
     TelemetryStatus.LIVE: "LIVE: the job is still running, numbers so far",
+    TelemetryStatus.PENDING: "the job's record has not been collected yet: numbers from the "
+    "node's last live summary",
 }
 _LIVE_SOURCE = {
     LIVE_SOURCE_SPOOL: "from the node's live summary",
@@ -38,10 +40,10 @@ def status_label(report: JobReport, now_s: float | None = None) -> str:
     """The words after "GPUs": final or live, and for live numbers where they came from and
     how old they are (``live, from Prometheus, 42 s old``)."""
     label = _STATUS_LABEL.get(report.telemetry, report.telemetry.value)
-    if report.telemetry is not TelemetryStatus.LIVE:
+    if report.telemetry not in (TelemetryStatus.LIVE, TelemetryStatus.PENDING):
         return label
     parts = [label]
-    if report.live_source in _LIVE_SOURCE:
+    if report.live_source in _LIVE_SOURCE and report.telemetry is TelemetryStatus.LIVE:
         parts.append(_LIVE_SOURCE[report.live_source])
     if report.live_updated_s is not None:
         now = time.time() if now_s is None else now_s
@@ -85,8 +87,12 @@ def _severity_style(severity: str) -> str:
 class TerminalRenderer:
     """Renders reports through ``templates/gpueff`` (or a site's override directory)."""
 
-    def __init__(self, *, colour: bool, template_dir: str = "", cache: bool = False) -> None:
-        """``cache``: keep compiled templates in ``templating.compiled_cache()``."""
+    def __init__(
+        self, *, colour: bool, template_dir: str = "", cache: bool = False, debug: bool = False
+    ) -> None:
+        """``cache``: keep compiled templates in ``templating.compiled_cache()``; ``debug``:
+        also show each finding's evidence by the analysis's keys (``--debug``)."""
+        self._debug = debug
         self._env = environment("gpueff", override_dir=template_dir, cache=cache)
         self._c = colourer(colour)
         # Looked up once: jinja2 checks the file on disk at every get_template, which the
@@ -111,6 +117,7 @@ class TerminalRenderer:
             duty_style=_duty_style,
             severity_style=_severity_style,
             severity_mark={"critical": "!!", "warning": "!", "info": "i"},
+            debug=self._debug,
         )
 
     def table(self, reports: Sequence[JobReport]) -> str:

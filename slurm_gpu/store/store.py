@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from slurm_gpu.errors import StoreError
+from slurm_gpu.errors import StoreError, StoreNotCreatedError
 from slurm_gpu.records import (
     GpuSummary,
     JobRecord,
@@ -380,9 +380,11 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def open_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
+def open_engine(url: str, *, busy_timeout_s: float = 30.0, create: bool = True) -> Engine:
     """Create the engine for ``url`` (SQLite: create the parent directory, rollback journal,
-    busy timeout)."""
+    busy timeout). Without ``create`` (readers), a SQLite file that does not exist raises
+    ``StoreNotCreatedError`` and nothing is created: neither the directory nor an empty
+    file that would then fail the visibility check with the default 0644."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
@@ -394,7 +396,14 @@ def open_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
     try:
         if backend == "sqlite":
             path = parsed.database
-            if path and path != ":memory:" and not path.startswith("file:"):
+            if path and path != ":memory:" and not path.startswith("file:") and not create:
+                if not os.path.lexists(path):
+                    raise StoreNotCreatedError(
+                        f"store {path} does not exist yet",
+                        hint="the first 'slurm-gpu collect' (or 'slurm-gpu store migrate') "
+                        "creates it",
+                    )
+            elif path and path != ":memory:" and not path.startswith("file:"):
                 parent = os.path.dirname(os.path.abspath(path))
                 try:
                     os.makedirs(parent, mode=0o755, exist_ok=True)
@@ -454,7 +463,7 @@ class Store:
 
         Readers pass ``migrate=False``: a store that is not migrated yet raises ``StoreError``.
         """
-        store = cls(open_engine(url, busy_timeout_s=busy_timeout_s), url)
+        store = cls(open_engine(url, busy_timeout_s=busy_timeout_s, create=migrate), url)
         try:
             if migrate:
                 migrations.migrate(store.engine)

@@ -185,3 +185,64 @@ def test_mail_html_renders_with_its_chart(tmp_path: Path) -> None:
         dest = Path(__file__).parents[2] / "docs" / "img" / "mail.png"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, dest)
+
+
+LAYOUT_SCRIPT = """
+<script>
+window.addEventListener('load', function () {
+  // Values that must never break inside: "91 % busy", "3.87 Wh", "12 GiB / 40 GiB".
+  var wrapped = [];
+  var walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  var node;
+  while ((node = walk.nextNode())) {
+    var text = node.textContent.trim();
+    if (text.length > 40 || !/(% busy|Wh$| J$|GiB)/.test(text)) continue;
+    var range = document.createRange();
+    range.selectNodeContents(node);
+    var tops = {};
+    Array.prototype.forEach.call(range.getClientRects(), function (r) {
+      tops[Math.round(r.top)] = 1;
+    });
+    if (Object.keys(tops).length > 1) wrapped.push(text);
+  }
+  var over = document.documentElement.scrollWidth > window.innerWidth;
+  document.body.setAttribute('data-wrapped', wrapped.join('|') || 'none');
+  document.body.setAttribute('data-overflow', over ? 'yes' : 'no');
+});
+</script>
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+@pytest.mark.parametrize("width", [600, 1200])
+def test_mail_gpu_rows_never_break_inside_a_value(tmp_path: Path, width: int) -> None:
+    """At 600 and 1200 px no value of a GPU's row breaks across lines ("91 % / busy") and
+    nothing is wider than the window (the browser's layout, read by a script in the page)."""
+    assert CHROMIUM is not None
+    page = tmp_path / "mail.html"
+    page.write_text(
+        _message_html(tmp_path).replace("</body>", LAYOUT_SCRIPT + "</body>"), encoding="utf-8"
+    )
+    dom = subprocess.run(
+        [
+            CHROMIUM,
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--window-size={width},1500",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    wrapped = re.search(r'data-wrapped="([^"]*)"', dom.stdout)
+    over = re.search(r'data-overflow="([^"]*)"', dom.stdout)
+    assert wrapped and over, dom.stdout[:2000]
+    assert wrapped.group(1) == "none", (
+        f"values broken across lines at {width} px: {wrapped.group(1)}"
+    )
+    assert over.group(1) == "no", f"the page is wider than {width} px"

@@ -110,15 +110,20 @@ def test_cli_exit_code_follows_failures(tmp_path: Path) -> None:
     vdir = tmp_path / "vgpu"
     create_gpus(vdir, count=2)
     config = tmp_path / "c.toml"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
     config.write_text(
-        f'[paths]\nspool_dir = "{spool}"\nlog_file = ""\n'
+        f'[paths]\nspool_dir = "{spool}"\nstate_dir = "{state}"\nlog_file = ""\n'
         f'[telemetry]\nbackend = "virtual"\nvirtual_dir = "{vdir}"\n'
     )
     runner = CliRunner()
     args = ["--config", str(config), "doctor", "--skip", "accounting", "--skip", "store"]
+    args += ["--skip", "slurmconf"]
     ok = runner.invoke(cli, args)
     assert ok.exit_code == (0 if os.getuid() == 0 else 1), ok.output
     assert "2 GPU(s)" in ok.output
+    # Only the test's own paths are read, never the host's defaults.
+    assert "/var/lib/slurm-gpu" not in ok.output and "/var/spool" not in ok.output
     config.write_text(config.read_text().replace(str(vdir), str(tmp_path / "missing")))
     bad = runner.invoke(cli, args)
     assert bad.exit_code == 1 and "fail  telemetry" in bad.output and "hint:" in bad.output
@@ -135,6 +140,7 @@ CHECK_NAMES = [
     "telemetry",
     "accounting",
     "store",
+    "slurmconf",
 ]
 
 
@@ -275,3 +281,57 @@ def test_doctor_flags_code_another_account_can_change(tmp_path: Path) -> None:
     package.chmod(0o666)
     result = doctor.check_code(str(python), str(package))
     assert result.status is doctor.Status.FAIL and "package" in result.detail
+
+
+# --------------------------------------------------------------------------- slurm.conf
+
+#: ``scontrol show config`` of the local test cluster (the lines the check reads, and others).
+SCONTROL = """Configuration data as of 2026-11-29T00:00:00
+Epilog                  = /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-epilog
+EpilogSlurmctld         = (null)
+MailProg                = /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-mailprog
+Prolog                  = /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-prolog
+PrologFlags             = Alloc
+SLURM_CONF              = /etc/slurm/slurm.conf
+"""
+
+
+def test_slurm_conf_with_the_hooks_passes_and_names_each_line() -> None:
+    result = doctor.check_slurm_conf(SCONTROL, "scontrol show config")
+    assert result.status is doctor.Status.OK, result
+    assert "Prolog /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-prolog" in result.detail
+    assert "MailProg /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-mailprog" in result.detail
+    assert "EpilogSlurmctld not set (optional" in result.detail
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (
+            ("Prolog                  = /var/lib/slurm-gpu-testcluster/hooks/slurm-gpu-prolog", ""),
+            "Prolog is not set",
+        ),
+        (
+            ("slurm-gpu-epilog", "site-epilog"),
+            "Epilog is /var/lib/slurm-gpu-testcluster/hooks/site-epilog",
+        ),
+        (("= Alloc", "= Contain"), "PrologFlags is Contain"),
+    ],
+)
+def test_slurm_conf_without_a_required_line_fails(edit: tuple[str, str], said: str) -> None:
+    result = doctor.check_slurm_conf(SCONTROL.replace(*edit), "scontrol show config")
+    assert result.status is doctor.Status.FAIL and said in result.detail, result
+    assert result.hint and "hooks install" in result.hint
+
+
+def test_slurm_conf_file_lines_and_prolog_directories(tmp_path: Path) -> None:
+    pdir = tmp_path / "prolog.d"
+    pdir.mkdir()
+    (pdir / "50-slurm-gpu-prolog").write_text("")
+    text = (
+        f"# slurm.conf\nProlog={pdir}/*\nEpilog=/etc/slurm/slurm-gpu/slurm-gpu-epilog\n"
+        "PrologFlags=Alloc,Contain  # whole job\n"
+    )
+    result = doctor.check_slurm_conf(text, "/etc/slurm/slurm.conf")
+    assert result.status is doctor.Status.OK, result
+    assert doctor.check_slurm_conf(None, "scontrol cannot be run").status is doctor.Status.WARN

@@ -222,7 +222,7 @@ def test_whole_array_is_a_table_of_tasks_in_task_order() -> None:
     assert "Array 1999: 3 tasks" in res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("1999_")]
     assert [ln.split()[0] for ln in lines] == ["1999_0", "1999_1", "1999_2"]
-    assert "40 %" in lines[1] and "pending" in lines[0]
+    assert "40 %" in lines[1] and "not collected yet" in lines[0]
 
 
 def test_one_array_task_gets_the_full_report() -> None:
@@ -386,3 +386,30 @@ def test_exit_code_table_in_docs_matches_errors() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
     for meaning, code in EXIT_CODES.items():
         assert re.search(rf"^\|\s*{code}\s*\|\s*{re.escape(meaning)}\s*\|", doc, re.M), meaning
+
+
+def test_a_range_of_tasks_asks_for_the_array_and_keeps_the_range() -> None:
+    accounting = FakeAccounting(_array(5))
+    res = run(["1999_[1-3]"], accounting, FakeReader(final={"2001": telemetry()}))
+    assert res.exit_code == 0, res.output
+    assert accounting.asked == [["1999"]]  # sacct refuses 1999_[1-3]: "Bad job array element"
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("1999_")]
+    assert [ln.split()[0] for ln in lines] == ["1999_1", "1999_2", "1999_3"]
+    assert "Array 1999_[1-3]: 3 tasks" in res.output
+
+
+@pytest.mark.parametrize("typed", ["1999_[3-1]", "1999_[1-x]", "1999_[0-10:0]"])
+def test_a_malformed_range_is_a_usage_error(typed: str) -> None:
+    res = run([typed], FakeAccounting(_array(3)), FakeReader())
+    assert res.exit_code == 2, res.output
+
+
+def test_an_array_has_a_summary_of_its_tasks() -> None:
+    reader = FakeReader(final={"2001": telemetry(), "2002": telemetry()})
+    res = run(["1999"], FakeAccounting(_array(3)), reader)
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "All 3 tasks:" in out
+    assert "elapsed  min 01:00:00, mean 01:00:00, max 01:00:00" in out
+    assert "GPU busy min 40 %, mean 40 %, max 40 % (of the 2 tasks with GPU numbers)" in out
+    assert "GPU-hours 6.00 allocated in all" in out

@@ -1,0 +1,62 @@
+"""What ``gpueff`` says about a job that runs or waits: no exit code before the job ended, the
+GPUs a pending job asked for, and a running job's GPUs by their model name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gpueff_factory as F
+from test_sampler import FakeClock, FakeHost, FakeSource, make_opts, stop_after
+
+from slurm_gpu.capture.sampler import Sampler
+from slurm_gpu.capture.spool import JobSpool, read_live
+from slurm_gpu.jobreport import adapter
+from slurm_gpu.jobreport.terminal import TerminalRenderer
+from slurm_gpu.records import Tres
+
+
+def _render(job: object) -> str:
+    report = adapter.accounting_report(job, min_elapsed_s=30)  # type: ignore[arg-type]
+    return TerminalRenderer(colour=False).report(report)
+
+
+def test_a_running_job_has_no_exit_code_yet() -> None:
+    out = _render(F.job(state="RUNNING", exit_code=0, end_s=None))
+    assert out.splitlines()[0].endswith("RUNNING"), out
+    assert "(exit" not in out
+
+
+def test_a_pending_job_shows_the_gpus_it_asked_for() -> None:
+    job = F.job(
+        state="PENDING",
+        exit_code=0,
+        start_s=None,
+        end_s=None,
+        elapsed_s=0,
+        nodelist=(),
+        alloc_tres=Tres(),
+        req_tres=Tres(cpus=8, gpus=1, gpu_types=(("a100", 1),), raw="x"),
+    )
+    out = _render(job)
+    assert out.splitlines()[0].endswith("PENDING"), out
+    assert "gpus 1 x a100" in out and "gpus 0" not in out
+
+
+def test_an_ended_job_keeps_its_exit_code() -> None:
+    out = _render(F.job(state="FAILED", exit_code=3))
+    assert "FAILED (exit 3)" in out
+
+
+def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
+    clock = FakeClock()
+    source = FakeSource(clock)
+    sampler = Sampler(make_opts(tmp_path), lambda: source, FakeHost(clock), clock=clock)
+    wait, _ = stop_after(clock, 3)
+    assert sampler.run(wait)
+    summary = read_live(JobSpool(str(tmp_path / "spool"), "42", "n1").live)
+    assert [(g["name"], g["minor_number"]) for g in summary["gpus"]] == [("fake", 0), ("fake", 1)]
+    tel = adapter.telemetry_from_live([summary])
+    running = adapter.accounting_report(F.job(state="RUNNING"), min_elapsed_s=30)
+    report = adapter.with_telemetry(running, tel.gpus, live=True)
+    assert report.gpu_model == "fake"
+    assert [g.slot for g in report.gpus] == [0, 1]
