@@ -80,7 +80,7 @@ def _not_found(path: str) -> ConfigError:
     return ConfigError(
         "configuration file not found",
         path=path,
-        hint=f"create it from share/config.example.toml or unset {ENV_VAR}",
+        hint=f"write one with 'slurm-gpu config example > {path}', or unset {ENV_VAR}",
     )
 
 

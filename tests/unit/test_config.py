@@ -119,3 +119,14 @@ def test_example_file_is_the_generated_one() -> None:
     from slurm_gpu.config import example_toml
 
     assert EXAMPLE.read_text() == example_toml(), "run: slurm-gpu config example > " + str(EXAMPLE)
+
+
+def test_a_missing_named_file_hints_at_the_installed_command(tmp_path: Path) -> None:
+    """An installed package has no share/ of the checkout: the hint names the command that
+    writes the example, with the path that was asked for."""
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError) as err:
+        load_settings(str(missing), trusted=False)
+    assert err.value.hint is not None
+    assert f"slurm-gpu config example > {missing}" in err.value.hint
+    assert "share/" not in err.value.hint
