@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from slurm_gpu.cli.admin import cli as admin_cli
 from slurm_gpu.cli.gpueff import cli as gpueff_cli
+from slurm_gpu.config import EnergySettings
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 
@@ -143,6 +144,8 @@ def _rendered() -> tuple[set[str], str]:
             live=False,
             findings=[adapter.finding_view(Finding(), words)],
             recommendations=[rec],
+            # Priced as the docs' example site prices it (a cost and a carbon intensity).
+            energy_settings=EnergySettings(price_per_kwh=0.3, co2_g_per_kwh=400.0),
         )
         text = TerminalRenderer(colour=False).report(report)
         shapes |= {_shape(ln) for ln in text.splitlines()}
