@@ -196,7 +196,8 @@ def job_energy(
 
 def energy_text(joules: float | None) -> str:
     """Energy as every report writes it: three significant digits in kWh from 1 kWh up (whole
-    kWh from 1,000), in Wh from 1 Wh, else J (``1.23 kWh``, ``45.6 Wh``); ``n/a`` unknown."""
+    kWh from 1,000), else in Wh (``1.23 kWh``, ``45.6 Wh``, ``0.895 Wh``: a total is never in
+    joules); ``n/a`` unknown."""
     if joules is None:
         return "n/a"
     wh = joules / 3600.0
@@ -204,10 +205,7 @@ def energy_text(joules: float | None) -> str:
         return f"{wh / 1000:.0f} kWh"
     if wh >= 1000:
         return f"{wh / 1000:.3g} kWh"
-    if wh >= 1:
-        return f"{wh:.3g} Wh"
-    # Fixed-point: "%.3g" would print 2200 J as "2.2e+03 J".
-    return f"{joules:.0f} J" if joules >= 10 else f"{joules:.3g} J"
+    return f"{wh:.3g} Wh"
 
 
 def kwh_text(kwh: float | None) -> str:

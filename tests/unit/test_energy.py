@@ -139,7 +139,7 @@ def test_zero_length_and_missing_end_use_the_rate_at_the_start() -> None:
     ("kwh", "text"),
     [
         (None, "n/a"),
-        (0.0005, "1800 J"),
+        (0.0005, "0.5 Wh"),
         (0.0456, "45.6 Wh"),
         (1.234, "1.23 kWh"),
         (123.4, "123 kWh"),
