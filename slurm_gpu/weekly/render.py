@@ -33,14 +33,29 @@ def _num(value: float | int | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def gh(value: float | None) -> str:
-    """GPU-hours with enough digits to tell small numbers apart (a test cluster's jobs last
-    seconds; a site's weeks hold thousands of hours)."""
+def gh_digits(scale: float | None) -> int:
+    """Decimals of every GPU-hour figure of a report whose allocated GPU-hours are ``scale``:
+    enough to tell a test cluster's jobs of seconds apart, one on a site's weeks of thousands
+    of hours. One precision for the whole report, so a column never mixes ``0.0`` with
+    ``0.001`` and the headline agrees with the tables."""
+    size = abs(scale or 0.0)
+    return 1 if size >= 10 else 2 if size >= 1 else 3
+
+
+def gh(value: float | None, digits: int | None = None) -> str:
+    """GPU-hours with ``digits`` decimals (the report's, from ``gh_digits``); alone, as many as
+    the value's own size needs."""
     if value is None or math.isnan(value):
         return "–"
-    size = abs(value)
-    digits = 1 if size >= 10 or size == 0 else 2 if size >= 0.1 else 3
+    if digits is None:
+        size = abs(value)
+        digits = 1 if size >= 10 or size == 0 else 2 if size >= 0.1 else 3
     return f"{value:,.{digits}f}"
+
+
+def _count(value: int | None, noun: str) -> str:
+    """``1 job``, ``2 jobs``: a count and its noun, plural when the count is not one."""
+    return f"{_num(value, 0)} {noun}{'' if value == 1 else 's'}"
 
 
 def _pct(value: float | None, digits: int = 1) -> str:
@@ -85,7 +100,11 @@ def change(current: float | None, previous: float | None, *, points: bool = Fals
 
 
 def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
-    """(label, value, unit, change, better-when) rows of the headline table."""
+    """(label, value, unit, change, better-when) rows of the headline table. GPU-hours have
+    the report's precision (``gh_digits``), as in its tables; energy its own unit (Wh below
+    1 kWh), as in every report."""
+    digits = gh_digits(cur.gpu_hours_allocated)
+    energy_value, _, energy_unit = energy_fmt.kwh_text(cur.energy_kwh).partition(" ")
 
     def row(label: str, value: str, unit: str, delta: str, hint: str, key: str) -> dict[str, Any]:
         return {
@@ -100,7 +119,7 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
     return [
         row(
             "GPU-hours allocated",
-            _num(cur.gpu_hours_allocated),
+            gh(cur.gpu_hours_allocated, digits),
             "GPU·h",
             change(cur.gpu_hours_allocated, prev.gpu_hours_allocated),
             "",
@@ -108,7 +127,7 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
         ),
         row(
             "GPU-hours active",
-            _num(cur.gpu_hours_active),
+            gh(cur.gpu_hours_active, digits),
             "GPU·h",
             change(cur.gpu_hours_active, prev.gpu_hours_active),
             "higher is better",
@@ -116,7 +135,7 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
         ),
         row(
             "GPU-hours wasted",
-            _num(cur.gpu_hours_wasted),
+            gh(cur.gpu_hours_wasted, digits),
             "GPU·h",
             change(cur.gpu_hours_wasted, prev.gpu_hours_wasted),
             "lower is better",
@@ -140,8 +159,8 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
         ),
         row(
             "GPU energy",
-            _num(cur.energy_kwh),
-            "kWh",
+            energy_value if cur.energy_kwh is not None else "–",
+            energy_unit or "kWh",
             change(cur.energy_kwh, prev.energy_kwh),
             "",
             "energy",
@@ -161,6 +180,7 @@ def headline_rows(cur: Headline, prev: Headline) -> list[dict[str, Any]]:
 def _filters() -> dict[str, Callable[..., Any]]:
     return {
         "num": _num,
+        "count": _count,
         "gh": gh,
         "pct": _pct,
         "date": _date,
@@ -209,9 +229,17 @@ def _context(report: WeeklyReport) -> dict[str, Any]:
     }
 
 
+def _report_environment(report: WeeklyReport, template_dir: str) -> jinja2.Environment:
+    """The templates with this report's one GPU-hour precision (``gh_digits``)."""
+    env = environment(template_dir)
+    digits = gh_digits(report.headline.gpu_hours_allocated)
+    env.filters["gh"] = lambda value: gh(value, digits)
+    return env
+
+
 def render_html(report: WeeklyReport, *, template_dir: str = "") -> str:
     """The report as a self-contained HTML document."""
-    env = environment(template_dir)
+    env = _report_environment(report, template_dir)
     # The charts are our own markup, generated from numbers; the only strings in them are
     # GPU model and partition names, which matplotlib escapes when it writes the SVG text.
     svgs = {
@@ -230,5 +258,5 @@ def render_html(report: WeeklyReport, *, template_dir: str = "") -> str:
 
 def render_text(report: WeeklyReport, *, template_dir: str = "") -> str:
     """A plain-text summary of the report (the text part of the e-mail)."""
-    env = environment(template_dir)
+    env = _report_environment(report, template_dir)
     return env.get_template("weekly.txt.j2").render(**_context(report))

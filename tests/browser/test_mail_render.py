@@ -246,3 +246,25 @@ def test_mail_gpu_rows_never_break_inside_a_value(tmp_path: Path, width: int) ->
         f"values broken across lines at {width} px: {wrapped.group(1)}"
     )
     assert over.group(1) == "no", f"the page is wider than {width} px"
+    # Kept as a test artifact (CI keeps SLURM_GPU_TEST_OUTPUT, by default test-output/).
+    out = Path(
+        os.environ.get("SLURM_GPU_TEST_OUTPUT", str(Path(__file__).parents[2] / "test-output"))
+    )
+    shot = out / "mail" / f"mail-{width}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    run = subprocess.run(
+        [
+            CHROMIUM,
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'shot-profile'}",
+            "--hide-scrollbars",
+            f"--window-size={width},1500",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", run.stderr[-2000:]

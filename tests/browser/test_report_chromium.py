@@ -188,3 +188,73 @@ def test_screenshot(page: Path, tmp_path: Path) -> None:
         target = REPO / "docs" / "img" / "report.png"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
+
+LAYOUT = """
+<script>
+window.addEventListener('load', function () {
+  var vw = window.innerWidth, out = {overflow: [], clipped: [], overlaps: []};
+  // Nothing wider than the window: the page scrolls down, never sideways.
+  out.page = document.documentElement.scrollWidth;
+  Array.prototype.forEach.call(document.querySelectorAll('body *'), function (el) {
+    var r = el.getBoundingClientRect();
+    if (r.width && r.right > vw + 1 && !el.closest('table')) {
+      out.overflow.push(el.tagName + (el.id ? '#' + el.id : '') + ' ' + Math.round(r.right));
+    }
+  });
+  // Every section link is whole on screen, and no two texts of the header overlap.
+  var boxes = [];
+  Array.prototype.forEach.call(
+    document.querySelectorAll('nav a, .card .label, .card .value, .card .change, h1, h2'),
+    function (el) {
+      var r = el.getBoundingClientRect();
+      if (r.right > vw + 1 || r.left < -1) out.clipped.push(el.textContent.trim());
+      boxes.push([el.textContent.trim().slice(0, 30), r]);
+    });
+  for (var i = 0; i < boxes.length; i++) {
+    for (var j = i + 1; j < boxes.length; j++) {
+      var a = boxes[i][1], b = boxes[j][1];
+      var apart = a.right - 1 <= b.left || b.right - 1 <= a.left ||
+        a.bottom - 1 <= b.top || b.bottom - 1 <= a.top;
+      if (!apart) {
+        out.overlaps.push(boxes[i][0] + ' / ' + boxes[j][0]);
+      }
+    }
+  }
+  var pre = document.createElement('pre');
+  pre.id = '__layout';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+#: Where the browser tests keep their screenshots (CI keeps this folder as its artifacts).
+ARTIFACTS = Path(os.environ.get("SLURM_GPU_TEST_OUTPUT", str(REPO / "test-output")))
+
+
+@pytest.mark.parametrize("width", [600, 1200])
+def test_report_fits_the_window_and_no_text_overlaps(
+    page: Path, tmp_path: Path, width: int
+) -> None:
+    """At 600 and 1200 px: no element runs past the window (wide tables scroll inside their
+    own box), every section link is whole on screen, no two header texts overlap (the
+    browser's own layout, read by a script in the page); the screenshot is kept."""
+    checked = tmp_path / "layout.html"
+    checked.write_text(page.read_text().replace("</body>", LAYOUT + "</body>"))
+    proc = _run([f"--window-size={width},2000", "--dump-dom", checked.as_uri()], tmp_path / "p")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'<pre id="__layout">(.*?)</pre>', proc.stdout, re.S)
+    assert m, "the layout check did not run: " + proc.stderr[-2000:]
+    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert result["page"] <= width, result
+    assert result["overflow"] == [], result["overflow"]
+    assert result["clipped"] == [], result["clipped"]
+    assert result["overlaps"] == [], result["overlaps"]
+    shot = ARTIFACTS / "weekly" / f"report-{width}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    proc = _run(
+        ["--hide-scrollbars", f"--window-size={width},2400", f"--screenshot={shot}", page.as_uri()],
+        tmp_path / "shot",
+    )
+    assert proc.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -22,7 +23,7 @@ from slurm_gpu.store.store import Store
 from slurm_gpu.weekly.aggregate import ReportOptions, build_report
 from slurm_gpu.weekly.jsonout import FORMAT, render_json
 from slurm_gpu.weekly.model import REPORT_SCHEMA_VERSION, WeeklyReport
-from slurm_gpu.weekly.render import change, gh, render_html, render_text
+from slurm_gpu.weekly.render import change, gh, gh_digits, headline_rows, render_html, render_text
 
 SECTIONS = (
     "headline",
@@ -110,11 +111,28 @@ def test_user_controlled_strings_are_escaped(report: WeeklyReport) -> None:
 def test_headline_numbers_are_on_the_page(report: WeeklyReport) -> None:
     html = render_html(report)
     h = report.headline
-    assert f"{h.gpu_hours_allocated:,.1f}" in html
-    assert f"{h.gpu_hours_wasted:,.1f}" in html
+    digits = gh_digits(h.gpu_hours_allocated)
+    assert gh(h.gpu_hours_allocated, digits) in html
+    assert gh(h.gpu_hours_wasted, digits) in html
     assert f"{h.duty_cycle_weighted_pct:.1f} %" in html
     for c in report.causes:
-        assert f">{gh(c.gpu_hours_wasted)}<" in html
+        assert f">{gh(c.gpu_hours_wasted, digits)}<" in html
+
+
+def test_one_gpu_hour_precision_for_the_whole_report(report: WeeklyReport) -> None:
+    """A column never mixes 0.0 with 0.001, and the headline says what the tables say."""
+    small = dataclasses.replace(
+        report,
+        headline=dataclasses.replace(
+            report.headline, gpu_hours_allocated=0.5, gpu_hours_wasted=0.0667
+        ),
+    )
+    html = render_html(small)
+    assert gh_digits(0.5) == 3
+    assert '<div class="value">0.067 <span class="unit">GPU·h' in html  # as a table prints it
+    rows = [r for r in headline_rows(small.headline, small.previous_headline)]
+    assert {r["value"] for r in rows if r["unit"] == "GPU·h"} >= {"0.500", "0.067"}
+    assert gh(0.0, 3) == "0.000" and gh(0.001, 3) == "0.001" and gh(12.5, 3) == "12.500"
 
 
 def test_gpu_hours_keep_small_numbers_apart() -> None:
