@@ -15,15 +15,6 @@ import pytest
 import slurmtools
 
 
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> Iterator[None]:
-    """The cluster as it runs: checked, never started or reconfigured from here (other
-    checkouts' tests may be using it)."""
-    if not slurmtools.controller_up():
-        pytest.fail("the local Slurm test cluster does not answer `scontrol ping`")
-    yield
-
-
 def _gpueff(*args: str) -> tuple[int, str, str]:
     gpueff = slurmtools.venv_python().parent / "gpueff"
     cfg = str(slurmtools.slurm_gpu_config_path())

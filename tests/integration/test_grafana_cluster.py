@@ -7,16 +7,13 @@ the job's id, ``$__rate_interval`` with 1m, ``$idle_min_s`` with 1 (the job has 
 15 minutes yet). The SQL panel is checked against a store in
 ``tests/unit/test_grafana_dashboards.py``.
 
-With ``SLURM_GPU_TC_NO_START=1`` this module uses the running cluster as it is (its
-``cluster`` fixture then only checks that slurmctld answers).
+With ``SLURM_GPU_TC_NO_START=1`` it uses the running cluster as it is (``conftest.cluster``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +27,6 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "share" / "grafana"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> Iterator[None]:
-    """The running cluster: started or updated as ``conftest.cluster`` does, unless
-    ``SLURM_GPU_TC_NO_START=1`` asks to use it as it runs (never start or restart it)."""
-    if os.environ.get("SLURM_GPU_TC_NO_START") != "1":
-        try:
-            slurmtools.ensure_cluster()
-        except (slurmtools.ClusterError, OSError) as exc:
-            pytest.fail(f"the local Slurm test cluster is not usable: {exc}", pytrace=False)
-    if not slurmtools.controller_up():
-        pytest.fail("the local Slurm test cluster does not answer", pytrace=False)
-    yield
 
 
 def prometheus() -> PrometheusClient:

@@ -5,15 +5,12 @@ visibility facts (``scontrol``, ``sacctmgr``: the cluster sets ``PrivateData=job
 gets a 404 for them. ``slurm-gpu demo run --serve-web PORT`` (``make demo``) serves these
 pages; here the same application is driven through Flask's test client.
 
-With ``SLURM_GPU_TC_NO_START=1`` this module uses the running cluster as it is (its
-``cluster`` fixture then only checks that slurmctld answers).
+With ``SLURM_GPU_TC_NO_START=1`` it uses the running cluster as it is (``conftest.cluster``).
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,20 +24,6 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "share" / "demo"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> Iterator[None]:
-    """The running cluster: started or updated as ``conftest.cluster`` does, unless
-    ``SLURM_GPU_TC_NO_START=1`` asks to use it as it runs (never start or restart it)."""
-    if os.environ.get("SLURM_GPU_TC_NO_START") != "1":
-        try:
-            slurmtools.ensure_cluster()
-        except (slurmtools.ClusterError, OSError) as exc:
-            pytest.fail(f"the local Slurm test cluster is not usable: {exc}", pytrace=False)
-    if not slurmtools.controller_up():
-        pytest.fail("the local Slurm test cluster does not answer", pytrace=False)
-    yield
 
 
 def _submit_demo(name: str) -> str:
