@@ -34,14 +34,21 @@ TASKS = 12
 
 
 def _drainers() -> set[int]:
-    """The pids of running ``collect --queue`` processes (root's drainers)."""
+    """The pids of running drainers: root's ``slurm-gpu ... collect --queue`` interpreters
+    (not the ``sudo`` that starts each, also root's, nor SlurmUser's wrapper shell)."""
     out = subprocess.run(
         ["pgrep", "-u", "root", "-f", "slurm-gpu --config .* collect --queue"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.split()
-    return {int(p) for p in out}
+    pids = set()
+    for p in out:
+        with contextlib.suppress(OSError):
+            argv0 = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0", 1)[0]
+            if os.path.basename(argv0) != b"sudo":
+                pids.add(int(p))
+    return pids
 
 
 @pytest.fixture
