@@ -132,8 +132,11 @@ def _gpus_asked(after: dict[str, str]) -> int:
     return min(got)
 
 
-def check_style(case: StyleCase, shape: JobShape, test_only: TestOnly) -> dict[str, str]:
-    """The whole check of one style on one cluster; returns the recommended option set."""
+def check_style(
+    case: StyleCase, shape: JobShape, test_only: TestOnly
+) -> tuple[dict[str, str], int]:
+    """The whole check of one style on one cluster; returns the recommended option set and
+    the processors ``sbatch --test-only`` said it would allocate for it."""
     before = options_of(case.options)
     proc = test_only(before)
     assert proc.returncode == 0, ("the job as submitted", before, proc.stderr)
@@ -163,4 +166,4 @@ def check_style(case: StyleCase, shape: JobShape, test_only: TestOnly) -> dict[s
     else:
         mem = mem_bytes(after["--mem-per-cpu"]) * allocated
     assert mem >= shape.rss_bytes * (1 + settings.headroom_mem_pct / 100.0), (after, mem)
-    return after
+    return after, allocated

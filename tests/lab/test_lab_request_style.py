@@ -76,8 +76,8 @@ def _test_only(lab: Lab, options: dict[str, str]) -> subprocess.CompletedProcess
 def test_recommended_set_in_the_jobs_style_is_accepted_and_covers_the_peak(
     lab: Lab, case: StyleCase
 ) -> None:
-    after = check_style(case, SHAPE, lambda options: _test_only(lab, options))
-    print(f"[{lab.version}] {case.options} -> {after}")
+    after, processors = check_style(case, SHAPE, lambda options: _test_only(lab, options))
+    print(f"[{lab.version}] {case.options} -> {after}: {processors} processors")
 
 
 def test_the_old_typed_gres_line_in_a_gpus_script_is_what_sbatch_refuses(lab: Lab) -> None:
@@ -85,3 +85,5 @@ def test_the_old_typed_gres_line_in_a_gpus_script_is_what_sbatch_refuses(lab: La
     proc = _test_only(lab, OLD_TYPED_GRES_IN_A_GPUS_SCRIPT)
     print(f"[{lab.version}] rc={proc.returncode} {proc.stderr.strip()}")
     assert proc.returncode != 0, (lab.version, proc.stdout, proc.stderr)
+    # Both versions give 22.05's reason (seen on 24.11.5 and 26.05.5).
+    assert "Invalid GRES specification (with and without type identification)" in proc.stderr
