@@ -8,6 +8,7 @@ injected by the CLI, so the checks are testable with fakes at the seams.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import sys
@@ -21,6 +22,7 @@ from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
 from slurm_gpu.errors import SlurmGpuError, StoreNotCreatedError
 from slurm_gpu.prometheus.client import Sample
+from slurm_gpu.prometheus.windows import same_host, target_host
 from slurm_gpu.telemetry.base import TelemetrySource
 from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted_reason
 
@@ -621,6 +623,92 @@ def check_exporter_local_users(
             "docs/security.md",
         )
     return Check("exporter", Status.OK, "; ".join(notes) or "no exporter answers, no textfile")
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _scrape_block(config_yaml: str, job_name: str) -> list[str] | None:
+    """The lines of scrape job ``job_name`` in Prometheus' rendered configuration."""
+    lines = config_yaml.splitlines()
+    head = re.compile(r"^(\s*)- job_name:\s*['\"]?([^'\"\s]+)")
+    for i, line in enumerate(lines):
+        m = head.match(line)
+        if m and m.group(2) == job_name:
+            block = [line]
+            for nxt in lines[i + 1 :]:
+                n = head.match(nxt)
+                if n and len(n.group(1)) <= len(m.group(1)):
+                    break
+                block.append(nxt)
+            return block
+    return None
+
+
+def check_live_identity(
+    read_config: Callable[[], str],
+    query: Callable[[str], list[Sample]],
+    scrape_job: str,
+    target_label: str,
+) -> Check:
+    """Whether Prometheus keeps the exporters' series bound to the node they came from, as
+    ``slurm-gpu police`` needs (``docs/live.md``, "The policy's guarantees"): the exporters'
+    scrape job has ``honor_labels`` off (else any target can claim any node and job), and
+    every last-sample series' ``host`` is the host of its ``target_label``."""
+    if not _LABEL_NAME.match(target_label):
+        return Check(
+            "identity",
+            Status.FAIL,
+            f"[live] police_target_label {target_label!r} is not a label name",
+            "set it to instance (or the target label the scrape config sets)",
+        )
+    problems: list[str] = []
+    notes: list[str] = []
+    try:
+        block = _scrape_block(read_config(), scrape_job) if scrape_job else None
+    except SlurmGpuError as exc:
+        return Check("identity", Status.WARN, str(exc), "check [live] prometheus_url")
+    if scrape_job and block is None:
+        notes.append(f"Prometheus has no scrape job {scrape_job!r} ([live] police_scrape_job)")
+    elif block is not None and any(re.match(r"^\s*honor_labels:\s*true", ln) for ln in block):
+        problems.append(
+            f"scrape job {scrape_job!r} has honor_labels: true: any target can claim any node "
+            "and job, and slurm-gpu police cannot tell"
+        )
+    try:
+        samples = query(
+            f"count by (host, job, {target_label}) (slurm_gpu_job_last_sample_timestamp_seconds)"
+        )
+    except SlurmGpuError as exc:
+        return Check("identity", Status.WARN, str(exc), "check [live] prometheus_url")
+    wrong = sorted(
+        {
+            f"{s.labels.get('host', '?')} via {s.labels.get(target_label) or 'no ' + target_label}"
+            for s in samples
+            if not same_host(target_host(s.labels.get(target_label, "")), s.labels.get("host", ""))
+        }
+    )
+    if wrong:
+        problems.append(
+            f"{len(wrong)} host(s) whose series do not come from a target of that host "
+            f"(police ignores them): {', '.join(wrong[:5])}"
+        )
+    if problems:
+        return Check(
+            "identity",
+            Status.FAIL,
+            "; ".join(problems + notes),
+            "set honor_labels: false on the exporters' scrape job and [live] "
+            "police_target_label to the label that names the node (share/prometheus/"
+            "prometheus.example.yml)",
+        )
+    if notes:
+        return Check("identity", Status.WARN, "; ".join(notes), "check [live] police_scrape_job")
+    return Check(
+        "identity",
+        Status.OK,
+        f"{len(samples)} host(s) bound to their targets by {target_label}; honor_labels off",
+    )
 
 
 def check_transport(

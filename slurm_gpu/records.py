@@ -595,3 +595,65 @@ class NodeSnapshot:
     """Summaries older than the staleness bound (a sampler that stopped writing)."""
     unreadable: int
     """Summaries that could not be read or parsed."""
+
+
+# --- The live policy's evidence: each GPU over the policy's window --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWindow:
+    """One GPU of a running job over the live policy's window, as the reader (Prometheus, or
+    this node's live summary) holds it. ``None`` is a signal that is missing: the policy does
+    not judge a job with a missing signal."""
+
+    uuid: str
+    util_max_pct: float | None
+    """Highest duty cycle in the window at the reader's resolution (Prometheus: every scrape
+    of ``slurm_gpu_gpu_utilization_ratio``), percent."""
+    util_points: int
+    """Samples of the utilisation series in the window (0: none)."""
+    busy_growth_s: float | None
+    """Growth of the busy-seconds counter over ``window_s``, seconds."""
+    sampled_growth_s: float | None
+    """Growth of the sampled-seconds counter over ``window_s``, seconds."""
+    window_s: float
+    """The window the two counters' growth covers, seconds."""
+    counter_reset: bool
+    """The counters went back in the window (a sampler restarted): growths are not usable."""
+    ever_used: bool | None
+    """A kernel ran on it since the job started (``first_active`` present)."""
+    busy_s: float | None
+    """Busy seconds since the job started (the counter's value)."""
+    sampled_s: float | None
+    """Sampled seconds since the job started (the counter's value)."""
+    seen_age_s: float | None
+    """Seconds since the reader last recorded this GPU's utilisation, by the reader's own
+    clock (Prometheus: ``timestamp()``, its scrape time), never the node's."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartWindow:
+    """One job on one host, with where its series came from and how fresh they are."""
+
+    job_id: str
+    host: str
+    """The ``host`` label (the node's own name for itself)."""
+    user: str
+    account: str
+    targets: tuple[str, ...]
+    """The hosts of the scrape targets the series came from (the target label Prometheus set,
+    port and domain removed); more than one: the same job and host came from two targets."""
+    scrape_jobs: tuple[str, ...]
+    """Prometheus' ``job`` labels of those series."""
+    seen_age_s: float | None
+    """Seconds since the reader last recorded the job's last-sample series (scrape time)."""
+    advanced: bool | None
+    """The node's readings advanced within the freshness bound (the last-sample series
+    changed), whatever the node's clock says."""
+    skew_s: float | None
+    """Reader's time of the latest sample minus the node's time of its last reading, seconds:
+    clock skew plus the summary's age. Shown, never used to decide."""
+    span_s: float | None
+    """The node's last reading minus its start, seconds (a difference of the node's own
+    times, so skew-free)."""
+    gpus: tuple[GpuWindow, ...]

@@ -86,6 +86,19 @@ def _prometheus_listen(settings: object) -> str:
     return PrometheusClient(live.prometheus_url, live.prometheus_timeout_s).listen_address()
 
 
+def _live_identity(settings: object) -> doctor.Check:
+    """``doctor.check_live_identity`` against [live] prometheus_url (OK without one)."""
+    from slurm_gpu.prometheus.client import PrometheusClient
+
+    live = settings.live  # type: ignore[attr-defined]
+    if not live.prometheus_url:
+        return doctor.Check("identity", doctor.Status.OK, "no Prometheus: this node's files")
+    client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+    return doctor.check_live_identity(
+        client.status_config, client.query, live.police_scrape_job, live.police_target_label
+    )
+
+
 def _node_role_excess(settings: object) -> list[str]:
     from slurm_gpu.store import open_store
     from slurm_gpu.store.inbox import node_role_excess
@@ -165,13 +178,14 @@ CHECKS = (
     "visibility",
     "live",
     "exporter",
+    "identity",
     "transport",
     "slurmconf",
 )
 
 #: Checks that act on the settings (open GPUs, run sacct or scontrol, open the store, connect
-#: to the exporter's address): not run on a configuration file that is not trusted, whose
-#: sacct_path, store URL or addresses another account chose.
+#: to the exporter's address or ask Prometheus): not run on a configuration file that is not
+#: trusted, whose sacct_path, store URL or addresses another account chose.
 ACTING = (
     "telemetry",
     "accounting",
@@ -179,6 +193,7 @@ ACTING = (
     "visibility",
     "live",
     "exporter",
+    "identity",
     "transport",
     "slurmconf",
 )
@@ -242,6 +257,7 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
             _exporter_targets(settings.live.exporter_address),
             doctor.exporter_textfiles(),
         ),
+        "identity": lambda: _live_identity(settings),
         "transport": lambda: doctor.check_transport(
             settings, functools.partial(_node_role_excess, settings)
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
@@ -29,6 +30,24 @@ def caller_is_admin(
         return False
     mine = (os.getegid(), *os.getgroups()) if groups is None else groups
     return gid in mine
+
+
+def _slurm_jobs(settings: Any) -> dict[str, Any] | None:
+    """Slurm's running GPU jobs (``squeue``, ``scontrol -d``); ``None``, with one line on
+    stderr, when Slurm cannot be asked (the view then shows what the live data hold)."""
+    import os
+
+    from slurm_gpu.accounting.runner import SubprocessRunner
+    from slurm_gpu.errors import SlurmGpuError
+    from slurm_gpu.live.allocation import running_gpu_jobs
+
+    sacct = settings.accounting.sacct_path
+    slurm_bin = os.path.dirname(sacct) if os.path.isabs(sacct) else ""
+    try:
+        return dict(running_gpu_jobs(SubprocessRunner(), slurm_bin, settings.accounting.timeout_s))
+    except SlurmGpuError as exc:
+        click.echo(f"slurm-gpu live: Slurm's running jobs not read: {exc.message}", err=True)
+        return None
 
 
 @click.command("live")
@@ -78,9 +97,18 @@ def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> No
                 err=True,
             )
             click.echo("hint: they are readable by their job's user alone; run as root", err=True)
-    rows = build_rows(jobs, now, idle_min_s=live.idle_min_s, stale_after_s=live.stale_after_s)[
-        :limit
-    ]
+    slurm_jobs = _slurm_jobs(settings)
+    if slurm_jobs is None:
+        source += "; Slurm not asked: jobs without live data are not listed"
+    else:
+        source += f"; {len(slurm_jobs)} running GPU job(s) in Slurm"
+    rows = build_rows(
+        jobs,
+        now,
+        idle_min_s=live.idle_min_s,
+        stale_after_s=live.stale_after_s,
+        slurm_jobs=slurm_jobs,
+    )[:limit]
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:

@@ -59,6 +59,16 @@ class LiveSettings:
         "slurm-gpu police judges a job only if every node's last reading is this recent, seconds.",
         min=10,
     )
+    police_target_label: str = setting(
+        "instance",
+        "Label Prometheus' scrape target sets (never the exporter: honor_labels off) whose host "
+        "must be the series' host label; slurm-gpu police ignores series where it is not.",
+    )
+    police_scrape_job: str = setting(
+        "slurm-gpu",
+        "Prometheus job name of the exporters' scrape; series of another job are ignored by "
+        "slurm-gpu police (empty: any).",
+    )
     police_coverage_min: float = setting(
         0.9,
         "slurm-gpu police judges a GPU only if readings cover this share of its job's time.",

@@ -1,35 +1,64 @@
 """The live policy's decisions (``slurm-gpu police``): pure, no I/O.
 
-Given the running jobs' live data (``LiveJob`` per job and host), what Slurm says of those
-jobs (``SlurmJob``: nodes, user, account, partition, QOS) and the policy's past actions, it
-decides, per job and rule, to warn, to cancel, or to leave the job alone with a reason.
+Given Slurm's running GPU jobs (``SlurmJob``: nodes, GPU indices per node, start time), the
+evidence over the policy's window for each job and host (``PartWindow``) and the policy's past
+actions, it decides, per job, to warn, to cancel, or to leave the job alone with a reason.
+Every running GPU job gets a decision in every pass; its ``status`` says whether it was judged
+and, if not, why (``docs/live.md``, "What the policy never acts on").
 
-Safety first: a job is judged only on whole, fresh data. It is skipped when Slurm does not
-list it as running, when a node of the job has no live data, when any node's last reading is
-older than ``max_sample_age_s``, or when readings cover less than ``coverage_min`` of a GPU's
-time since the job started (a sampler that was down). Exempt jobs are warned, never
-cancelled.
+Safety first, in this order: a job is never acted on when Slurm's detail of it contradicts
+itself; when a series of the job does not come from the node it names, or names GPUs Slurm did
+not allocate it there (``mismatch``); when a node of the job sends nothing (``no_data``,
+``partial``); when a node's series were not scraped within ``max_sample_age_s`` by
+Prometheus' clock or its readings stopped advancing (``stale``); during ``grace_s`` from
+Slurm's start time (``grace``); and when a GPU's signals are missing or disagree
+(``not_judged``). A GPU is idle only if two independent signals agree over the whole window:
+the utilisation series' maximum stays at or below the idle threshold, and the busy-seconds
+counter grew by at most the threshold's share of the sampled-seconds counter, which itself
+grew by at least ``coverage_min`` of the window. Exempt jobs are warned, never cancelled. The
+node's clock is never used to decide.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from slurm_gpu.records import LiveGpu, LiveJob
+from slurm_gpu.live.allocation import SlurmJob
+from slurm_gpu.prometheus.windows import same_host
+from slurm_gpu.records import GpuWindow, PartWindow
 from slurm_gpu.store.liveactions import LiveAction
 
+__all__ = ["RULES", "Decision", "PolicyConfig", "SlurmJob", "decide", "same_host"]
+
 RULES = ("never_used", "idle")
+
+#: Why a job was not judged, in the order the checks run (``Decision.status``).
+STATUSES = (
+    "judged",
+    "not_running",
+    "mismatch",
+    "no_data",
+    "partial",
+    "stale",
+    "grace",
+    "not_judged",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Thresholds and switches, from ``[live] police_*``."""
+    """Thresholds and switches, from ``[live] police_*`` (seconds, percent)."""
 
     grace_s: float = 1800.0
     idle_s: float = 3600.0
+    """The window: a GPU must be idle over all of it."""
     max_sample_age_s: float = 120.0
     coverage_min: float = 0.9
+    idle_threshold_pct: float = 1.0
+    """``telemetry.idle_threshold_pct``: at or below, a duty cycle is idle."""
+    scrape_job: str = "slurm-gpu"
+    """Prometheus' ``job`` label of the exporters' scrape; "" accepts any."""
     user_interval_s: float = 3600.0
     dry_run: bool = False
     cancel: bool = False
@@ -43,25 +72,13 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class SlurmJob:
-    """A running job as Slurm lists it (``squeue``)."""
-
-    job_id: str
-    user: str
-    account: str
-    partition: str
-    qos: str
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     """What the pass does with one job: ``warn``, ``cancel`` or ``skip`` (with why)."""
 
     job_id: str
     action: str
     rule: str
-    """The rule that triggered (``never_used``, ``idle``), or ``""`` for a skip."""
+    """The rule that triggered (``never_used``, ``idle``), or ``""``."""
     reason: str
     user: str = ""
     account: str = ""
@@ -70,6 +87,10 @@ class Decision:
     idle_gpu_s: float = 0.0
     """Their idle GPU-seconds so far."""
     evidence: tuple[str, ...] = ()
+    status: str = "judged"
+    """``judged``, or why not (``STATUSES``)."""
+    skew_s: float | None = None
+    """Largest node clock skew seen among the job's hosts, seconds (shown, never used)."""
 
 
 def _warned(action: str) -> bool:
@@ -81,47 +102,37 @@ def _mode_actions(past: Sequence[LiveAction], dry_run: bool) -> list[LiveAction]
     return [a for a in past if a.action.startswith("would_") == dry_run]
 
 
-def _idle_gpus(job: Sequence[LiveJob], rule: str, now_s: float, idle_s: float) -> list[LiveGpu]:
-    gpus = [g for part in job for g in part.gpus]
-    if rule == "never_used":
-        return [g for g in gpus if g.active_first_s is None and (g.sampled_s or 0.0) >= idle_s]
-    return [
-        g
-        for g in gpus
-        if g.active_first_s is not None
-        and g.idle_since_s is not None
-        and now_s - g.idle_since_s >= idle_s
-    ]
+def judge_gpu(g: GpuWindow, cfg: PolicyConfig) -> tuple[str, str]:
+    """(``idle`` | ``busy`` | ``unknown``, why) of one GPU from its two signals."""
+    if g.util_max_pct is None or g.util_points == 0 or g.seen_age_s is None:
+        return "unknown", f"{g.uuid}: no utilisation series in the window"
+    if g.seen_age_s > cfg.max_sample_age_s:
+        return "unknown", f"{g.uuid}: last scraped {g.seen_age_s:.0f} s ago"
+    if g.util_max_pct > cfg.idle_threshold_pct:
+        return "busy", f"{g.uuid}: up to {g.util_max_pct:.0f} % in the window"
+    if g.busy_growth_s is None or g.sampled_growth_s is None:
+        return "unknown", f"{g.uuid}: no busy or sampled counter over the window"
+    if g.counter_reset:
+        return "unknown", f"{g.uuid}: its counters restarted in the window"
+    if g.busy_growth_s > cfg.idle_threshold_pct / 100.0 * max(g.sampled_growth_s, 0.0):
+        return "unknown", (
+            f"{g.uuid}: signals disagree: utilisation at most {g.util_max_pct:.0f} % but "
+            f"{g.busy_growth_s:.0f} busy s of {g.sampled_growth_s:.0f} sampled s"
+        )
+    if g.sampled_growth_s < cfg.coverage_min * g.window_s:
+        return "unknown", (
+            f"{g.uuid}: readings cover {g.sampled_growth_s:.0f} s of the {g.window_s:.0f} s window"
+        )
+    return "idle", ""
 
 
-def _evidence(rule: str, gpus: Sequence[LiveGpu], now_s: float) -> tuple[str, ...]:
-    lines = []
-    for g in gpus:
-        if rule == "never_used":
-            lines.append(f"{g.uuid}: no kernel ran since the job started")
-        else:
-            since = now_s - (g.idle_since_s or now_s)
-            lines.append(f"{g.uuid}: 0 % duty cycle for the last {since / 60:.0f} min")
-    return tuple(lines)
-
-
-def _data_problem(
-    parts: Sequence[LiveJob], slurm: SlurmJob, cfg: PolicyConfig, now_s: float
-) -> str:
-    seen = {p.host for p in parts}
-    missing = sorted(set(slurm.nodes) - seen)
-    if missing:
-        return f"partial data: no live data from {', '.join(missing)}"
-    for p in parts:
-        if now_s - p.updated_s > cfg.max_sample_age_s:
-            return f"stale data: {p.host}'s last reading is {now_s - p.updated_s:.0f} s old"
-        span = p.updated_s - p.started_s
-        for g in p.gpus:
-            if g.sampled_s is None or (span > 0 and g.sampled_s < cfg.coverage_min * span):
-                return f"gaps: readings cover too little of {g.uuid}'s time on {p.host}"
-    if not any(p.gpus for p in parts):
-        return "no GPU in the live data"
-    return ""
+def _evidence(g: GpuWindow, rule: str) -> str:
+    head = "no kernel ran since the job started; " if rule == "never_used" else ""
+    return (
+        f"{g.uuid}: {head}at most {g.util_max_pct or 0.0:.0f} % duty cycle over the last "
+        f"{g.window_s / 60:.0f} min ({g.util_points} scrapes), "
+        f"{g.busy_growth_s or 0.0:.0f} busy s of {g.sampled_growth_s or 0.0:.0f} sampled s"
+    )
 
 
 def _exempt(slurm: SlurmJob, cfg: PolicyConfig) -> str:
@@ -136,17 +147,88 @@ def _exempt(slurm: SlurmJob, cfg: PolicyConfig) -> str:
     return ""
 
 
+def _claims(parts: Sequence[PartWindow]) -> dict[tuple[str, str], set[str]]:
+    """(host, GPU UUID) -> the jobs whose series name that GPU."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for p in parts:
+        for g in p.gpus:
+            out.setdefault((p.host, g.uuid), set()).add(p.job_id)
+    return out
+
+
+def _mismatch(
+    sj: SlurmJob,
+    parts: Sequence[PartWindow],
+    claims: Mapping[tuple[str, str], set[str]],
+    cfg: PolicyConfig,
+) -> str:
+    if sj.conflict:
+        return sj.conflict
+    for p in parts:
+        if len(p.targets) != 1 or not same_host(p.targets[0], p.host):
+            came = ", ".join(t or "no target label" for t in p.targets)
+            return f"series naming host {p.host} came from target(s) {came}"
+        if cfg.scrape_job and p.scrape_jobs != (cfg.scrape_job,):
+            return f"series of {p.host} came from scrape job(s) {', '.join(p.scrape_jobs)}"
+        allocated = sj.gpu_idx.get(p.host)
+        if not allocated:
+            return f"series from {p.host}, where Slurm allocated the job no GPU"
+        if len(p.gpus) != len(allocated):
+            return f"{len(p.gpus)} GPU series on {p.host}; Slurm allocated {len(allocated)}"
+        for g in p.gpus:
+            others = claims.get((p.host, g.uuid), set()) - {sj.job_id}
+            if others:
+                return f"{g.uuid} on {p.host} is claimed by job(s) {', '.join(sorted(others))}"
+    return ""
+
+
+def _data_problem(
+    sj: SlurmJob, parts: Sequence[PartWindow], cfg: PolicyConfig, now_s: float
+) -> tuple[str, str]:
+    seen = {p.host for p in parts}
+    missing = sorted(set(sj.gpu_idx) - seen)
+    if missing and not parts:
+        return "no_data", f"no live data from {', '.join(missing)}"
+    if missing:
+        return "partial", f"partial data: no live data from {', '.join(missing)}"
+    for p in parts:
+        if p.seen_age_s is None or p.seen_age_s > cfg.max_sample_age_s:
+            age = "never" if p.seen_age_s is None else f"{p.seen_age_s:.0f} s ago"
+            return "stale", f"stale data: {p.host} last scraped {age} (Prometheus' clock)"
+        if not p.advanced:
+            return "stale", (
+                f"frozen data: {p.host}'s readings did not advance in {cfg.max_sample_age_s:.0f} s"
+            )
+    if sj.start_s is None:
+        return "not_judged", "Slurm gave no start time"
+    if now_s - sj.start_s < cfg.grace_s:
+        return "grace", "in its start-up grace"
+    for p in parts:
+        for g in p.gpus:
+            span = p.span_s or 0.0
+            if g.sampled_s is None or (span > 0 and g.sampled_s < cfg.coverage_min * span):
+                return "not_judged", f"gaps: readings cover too little of {g.uuid}'s time"
+    return "", ""
+
+
+def _skew(parts: Sequence[PartWindow]) -> float | None:
+    skews = [p.skew_s for p in parts if p.skew_s is not None]
+    return max(skews, key=abs) if skews else None
+
+
 def decide(
-    live: Sequence[LiveJob],
+    parts: Sequence[PartWindow],
     slurm: Mapping[str, SlurmJob],
     past: Sequence[LiveAction],
     cfg: PolicyConfig,
     now_s: float,
 ) -> list[Decision]:
-    """Every job's decision, worst first (most idle GPU-seconds); cancellations capped."""
-    by_job: dict[str, list[LiveJob]] = {}
-    for part in live:
-        by_job.setdefault(part.job_id, []).append(part)
+    """A decision for every running GPU job and every job seen in the live data; acted ones
+    worst first (most idle GPU-seconds), cancellations capped."""
+    by_job: dict[str, list[PartWindow]] = {}
+    for p in parts:
+        by_job.setdefault(p.job_id, []).append(p)
+    claims = _claims(parts)
     history = _mode_actions(past, cfg.dry_run)
     user_last_warn: dict[str, float] = {}
     for a in history:
@@ -154,26 +236,58 @@ def decide(
             user_last_warn[a.user] = max(user_last_warn.get(a.user, 0.0), a.at_s)
     triggered: list[Decision] = []
     out: list[Decision] = []
-    for job_id, parts in by_job.items():
-        sj = slurm.get(job_id)
-        if sj is None:
-            out.append(Decision(job_id, "skip", "", "Slurm does not list the job as running"))
+    for job_id in sorted(set(by_job) - set(slurm), key=int):
+        out.append(
+            Decision(
+                job_id,
+                "skip",
+                "",
+                "Slurm lists no such running GPU job",
+                status="not_running",
+                skew_s=_skew(by_job[job_id]),
+            )
+        )
+    for job_id in sorted(slurm, key=int):
+        sj, jparts = slurm[job_id], by_job.get(job_id, [])
+        skew = _skew(jparts)
+        base = Decision(job_id, "skip", "", "", sj.user, sj.account, skew_s=skew)
+        why = _mismatch(sj, jparts, claims, cfg)
+        if why:
+            out.append(replace(base, reason=why, status="mismatch"))
             continue
-        problem = _data_problem(parts, sj, cfg, now_s)
-        if problem:
-            out.append(Decision(job_id, "skip", "", problem, sj.user, sj.account))
+        status, why = _data_problem(sj, jparts, cfg, now_s)
+        if status:
+            out.append(replace(base, reason=why, status=status))
             continue
-        if now_s - min(p.started_s for p in parts) < cfg.grace_s:
-            out.append(Decision(job_id, "skip", "", "in its start-up grace", sj.user, sj.account))
+        judged = [(g, *judge_gpu(g, cfg)) for p in jparts for g in p.gpus]
+        unknown = [w for _, s, w in judged if s == "unknown"]
+        if unknown:
+            out.append(replace(base, reason=unknown[0], status="not_judged"))
             continue
+        found = False
         for rule in RULES:
-            gpus = _idle_gpus(parts, rule, now_s, cfg.idle_s)
-            if gpus:
-                idle = sum((g.sampled_s or 0.0) - (g.busy_s or 0.0) for g in gpus)
-                ev = _evidence(rule, gpus, now_s)
-                triggered.append(
-                    Decision(job_id, "", rule, "", sj.user, sj.account, len(gpus), idle, ev)
+            gpus = [
+                g
+                for g, s, _ in judged
+                if s == "idle"
+                and (
+                    (
+                        rule == "never_used"
+                        and g.ever_used is False
+                        and (g.sampled_s or 0.0) >= cfg.idle_s
+                    )
+                    or (rule == "idle" and g.ever_used is not False)
                 )
+            ]
+            if gpus:
+                found = True
+                idle = sum(max(0.0, (g.sampled_s or 0.0) - (g.busy_s or 0.0)) for g in gpus)
+                ev = tuple(_evidence(g, rule) for g in gpus)
+                triggered.append(
+                    replace(base, rule=rule, gpus=len(gpus), idle_gpu_s=idle, evidence=ev)
+                )
+        if not found:
+            out.append(replace(base, reason="no GPU idle over the whole window"))
     triggered.sort(key=lambda d: (-d.idle_gpu_s, int(d.job_id), d.rule))
     cancels = 0
     acted: set[str] = set()  # one action per job and pass
@@ -184,11 +298,12 @@ def decide(
         sj = slurm[d.job_id]
         job_warnings = [a for a in history if a.job_id == d.job_id and _warned(a.action)]
         if not any(a.rule == d.rule for a in job_warnings):
+            # Interval from earlier passes only: one pass's warnings to a user go out as one
+            # mail (police groups them), however many jobs (array tasks) it names.
             last_user = user_last_warn.get(d.user)
             if last_user is not None and now_s - last_user < cfg.user_interval_s:
                 out.append(_with(d, "skip", "user warned recently; this warning waits"))
                 continue
-            user_last_warn[d.user] = now_s
             acted.add(d.job_id)
             out.append(_with(d, "warn", "first warning for this rule"))
             continue
@@ -214,6 +329,4 @@ def decide(
 
 
 def _with(d: Decision, action: str, reason: str) -> Decision:
-    return Decision(
-        d.job_id, action, d.rule, reason, d.user, d.account, d.gpus, d.idle_gpu_s, d.evidence
-    )
+    return replace(d, action=action, reason=reason)

@@ -3,15 +3,18 @@
 A job's rows from every host (``LiveJob``, from Prometheus or this node's live files) are
 joined into one ``LiveRow``. The diagnosis so far is a subset of the rules applied after the
 job, on the live aggregates: a GPU never used since the job started, and GPUs idle now for at
-least ``idle_min_s``. Data older than ``stale_after_s`` are flagged, never judged.
+least ``idle_min_s``. Data older than ``stale_after_s`` are flagged, never judged. Slurm's
+running GPU jobs (``live.allocation``) are the list: a job whose node sends no live data is
+shown with that finding, not left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from slurm_gpu.live.allocation import SlurmJob
 from slurm_gpu.records import LiveJob
 
 
@@ -73,10 +76,40 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
+def _missing_row(sj: SlurmJob, hosts: Sequence[str]) -> LiveRow:
+    return LiveRow(
+        job_id=sj.job_id,
+        user=sj.user,
+        account=sj.account,
+        partition=sj.partition,
+        hosts=tuple(sorted(sj.gpu_idx)),
+        gpus=sum(len(i) for i in sj.gpu_idx.values()),
+        gpus_idle=0,
+        gpus_never_used=0,
+        idle_since_s=None,
+        duty_recent_pct=None,
+        recent_window_s=None,
+        duty_since_start_pct=None,
+        gpus_wasted_now=0.0,
+        gpu_hours_wasted=0.0,
+        started_s=sj.start_s or 0.0,
+        updated_s=0.0,
+        stale=True,
+        findings=(Finding("no_data", f"no live data from {', '.join(hosts)}: not judged"),),
+    )
+
+
 def build_rows(
-    jobs: Sequence[LiveJob], now_s: float, *, idle_min_s: float, stale_after_s: float
+    jobs: Sequence[LiveJob],
+    now_s: float,
+    *,
+    idle_min_s: float,
+    stale_after_s: float,
+    slurm_jobs: Mapping[str, SlurmJob] | None = None,
 ) -> list[LiveRow]:
-    """One row per job, worst first: GPUs wasted now, then GPU-hours wasted so far."""
+    """One row per job, worst first: GPUs wasted now, then GPU-hours wasted so far. With
+    ``slurm_jobs`` (Slurm's running GPU jobs), every one of them has a row: those with no live
+    data from some node carry a ``no_data`` finding and are not judged."""
     by_job: dict[str, list[LiveJob]] = {}
     for job in jobs:
         by_job.setdefault(job.job_id, []).append(job)
@@ -135,6 +168,20 @@ def build_rows(
                 findings=tuple(findings),
             )
         )
+    if slurm_jobs is not None:
+        seen = {r.job_id: r for r in rows}
+        for job_id, sj in slurm_jobs.items():
+            row = seen.get(job_id)
+            missing = sorted(set(sj.gpu_idx) - set(row.hosts if row else ()))
+            if row is None:
+                rows.append(_missing_row(sj, missing))
+            elif missing:
+                note = Finding("no_data", f"no live data from {', '.join(missing)}: not judged")
+                rows[rows.index(row)] = replace(
+                    row,
+                    stale=True,
+                    findings=(note, *tuple(f for f in row.findings if f.key == "stale")),
+                )
     rows.sort(key=lambda r: (-r.gpus_wasted_now, -r.gpu_hours_wasted, int(r.job_id)))
     return rows
 

@@ -111,6 +111,25 @@ class PrometheusClient:
             ) from None
         return raw
 
+    def status_config(self) -> str:
+        """Prometheus' loaded configuration, as the YAML text ``/api/v1/status/config`` gives
+        (``slurm-gpu doctor``); raises ``PrometheusUnavailableError``."""
+        url = f"{self.base_url}/api/v1/status/config"
+        try:
+            raw = self._fetch(url, self.timeout_s)
+            text = json.loads(raw)["data"]["yaml"]
+        except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusUnavailableError(
+                f"Prometheus' configuration is not readable ({reason})",
+                hint="check live.prometheus_url",
+            ) from None
+        if not isinstance(text, str):
+            raise PrometheusUnavailableError(
+                "Prometheus' configuration is not text", hint="check live.prometheus_url"
+            )
+        return text
+
     def listen_address(self) -> str:
         """Prometheus' ``--web.listen-address`` from ``/api/v1/status/flags`` (``slurm-gpu
         doctor``); raises ``PrometheusUnavailableError``."""

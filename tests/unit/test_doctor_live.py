@@ -14,7 +14,7 @@ from jsonhttp import JsonServer
 
 from slurm_gpu import doctor
 from slurm_gpu.config import Settings, parse_settings
-from slurm_gpu.prometheus.client import PrometheusClient
+from slurm_gpu.prometheus.client import PrometheusClient, Sample
 
 JOBS = frozenset({"jobs"})
 NONE: frozenset[str] = frozenset()
@@ -153,3 +153,54 @@ def test_the_doctor_command_runs_the_live_check(tmp_path: Path) -> None:
     assert "not trusted" not in result.output, result.output
     assert result.exit_code == 1, result.output
     assert "exporter listens on every interface" in result.output
+
+
+# ------------------------------------------------- identity: series bound to their target
+
+PROM_CONFIG = """global:
+  scrape_interval: 30s
+scrape_configs:
+- job_name: slurm-gpu
+  honor_labels: {honor}
+  static_configs:
+  - targets:
+    - gpu-01:9817
+- job_name: node
+  honor_labels: true
+"""
+
+
+def _series(host: str, instance: str) -> Sample:
+    return Sample({"host": host, "instance": instance, "job": "slurm-gpu"}, 1.0)
+
+
+def test_doctor_fails_honor_labels_on_the_exporters_scrape_job() -> None:
+    bad = doctor.check_live_identity(
+        lambda: PROM_CONFIG.format(honor="true"), lambda q: [], "slurm-gpu", "instance"
+    )
+    assert bad.status is doctor.Status.FAIL and "honor_labels: true" in bad.detail
+    good = doctor.check_live_identity(
+        lambda: PROM_CONFIG.format(honor="false"),
+        lambda q: [_series("gpu-01", "gpu-01.example.org:9817")],
+        "slurm-gpu",
+        "instance",
+    )
+    assert good.status is doctor.Status.OK, good.detail
+
+
+def test_doctor_fails_series_whose_host_is_not_their_target() -> None:
+    queries: list[str] = []
+
+    def query(q: str) -> list[Sample]:
+        queries.append(q)
+        return [_series("gpu-01", "gpu-01:9817"), _series("gpu-02", "gpu-07:9817")]
+
+    check = doctor.check_live_identity(
+        lambda: PROM_CONFIG.format(honor="false"), query, "slurm-gpu", "instance"
+    )
+    assert check.status is doctor.Status.FAIL and "gpu-02 via gpu-07:9817" in check.detail
+    assert queries == [
+        "count by (host, job, instance) (slurm_gpu_job_last_sample_timestamp_seconds)"
+    ]
+    odd = doctor.check_live_identity(lambda: "", query, "slurm-gpu", "inst ance")
+    assert odd.status is doctor.Status.FAIL

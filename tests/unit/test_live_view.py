@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.cli.admin import cli
+from slurm_gpu.live.allocation import SlurmJob
 from slurm_gpu.live.exporter import ExporterOptions, make_server
 from slurm_gpu.live.snapshot import read_node
 from slurm_gpu.live.view import build_rows
@@ -121,6 +122,30 @@ def test_stale_live_data_are_flagged_and_never_judged(tmp_path: Path) -> None:
         stale_after_s=180.0,
     )
     assert row.stale and [f.key for f in row.findings] == ["stale"]
+
+
+@pytest.fixture(autouse=True)
+def no_slurm(monkeypatch: pytest.MonkeyPatch) -> dict[str, SlurmJob]:
+    """``slurm-gpu live`` asks Slurm for its running GPU jobs; here Slurm is this dict."""
+    import slurm_gpu.cli.live_cmd as live_cmd
+
+    jobs: dict[str, SlurmJob] = {}
+    monkeypatch.setattr(live_cmd, "_slurm_jobs", lambda settings: dict(jobs))
+    return jobs
+
+
+def test_live_lists_a_running_gpu_job_whose_node_sends_nothing(
+    tmp_path: Path, no_slurm: dict[str, SlurmJob]
+) -> None:
+    """Issue 25 item 5: with a node's exporter down, live printed "No running GPU job"."""
+    no_slurm["77"] = SlurmJob("77", "bob", "bio", "gpu", "normal", ("n9",), 0.0, {"n9": (0, 1)})
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[paths]\nspool_dir = "{tmp_path}/spool"\n')
+    text = CliRunner().invoke(cli, ["--config", str(cfg), "live"]).output
+    assert "No running GPU job" not in text
+    assert "77" in text and "no live data from n9: not judged" in text
+    [row] = json.loads(CliRunner().invoke(cli, ["--config", str(cfg), "live", "--json"]).output)
+    assert row["gpus"] == 2 and [f["key"] for f in row["findings"]] == ["no_data"]
 
 
 def test_live_cli_reads_the_node_files_without_prometheus(tmp_path: Path) -> None:
