@@ -70,6 +70,33 @@ def own_rows(jobs: Sequence[LiveJob]) -> list[Row]:
     return out
 
 
+def shifted(job: LiveJob, shift_s: float) -> LiveJob:
+    """``job`` as a node whose clock is ``shift_s`` seconds off would report it: every
+    timestamp moved, the counters and durations as they are (the policy's tests of skew)."""
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else t + shift_s
+
+    return replace(
+        job,
+        started_s=job.started_s + shift_s,
+        updated_s=job.updated_s + shift_s,
+        gpus=tuple(
+            replace(g, idle_since_s=at(g.idle_since_s), active_first_s=at(g.active_first_s))
+            for g in job.gpus
+        ),
+    )
+
+
+def own_text(jobs: Sequence[LiveJob], extra_labels: str = "") -> str:
+    """The project's own exporter's samples of ``jobs`` as text, each series with
+    ``extra_labels`` (``name="value",…``) added: what a target scraped with ``honor_labels``
+    can claim."""
+    extra = f",{extra_labels}" if extra_labels else ""
+    lines = [f"{r.name}{{{r.labels}{extra}}} {r.value!r}" for r in own_rows(jobs)]
+    return "\n".join(lines) + "\n"
+
+
 def rows_of(jobs: Sequence[LiveJob], *, own: bool = False) -> list[Row]:
     """The dcgm-exporter, jobstats GPU and cgroup exporter samples of ``jobs`` (and the
     project's exporter's with ``own``); a GPU's index on its node is its position in the

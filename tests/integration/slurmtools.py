@@ -196,9 +196,11 @@ def ensure_cluster() -> None:
 
     As root, this runs the idempotent start script every time (about a second when all runs),
     so that configuration or hook changes made since the cluster started are picked up.
-    Otherwise it only checks that slurmctld answers.
+    Otherwise, or with ``SLURM_GPU_TC_NO_START=1`` (the cluster runs from another checkout,
+    whose start script and virtualenv it must keep: set ``VENV`` to that virtualenv), it
+    only checks that slurmctld answers.
     """
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and os.environ.get("SLURM_GPU_TC_NO_START") != "1":
         proc = subprocess.run(
             [str(START_SCRIPT)], capture_output=True, text=True, timeout=900, check=False
         )
