@@ -645,6 +645,9 @@ class PartWindow:
     port and domain removed); more than one: the same job and host came from two targets."""
     scrape_jobs: tuple[str, ...]
     """Prometheus' ``job`` labels of those series."""
+    sources: int
+    """Distinct scrape targets (``instance``, ``job``, target label) the series came from:
+    more than one means two targets speak for the same job and host."""
     seen_age_s: float | None
     """Seconds since the reader last recorded the job's last-sample series (scrape time)."""
     advanced: bool | None

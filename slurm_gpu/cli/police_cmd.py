@@ -94,7 +94,12 @@ def cli(
 
             client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
             return read_windows(
-                client, cfg.idle_s, cfg.max_sample_age_s, now, live.police_target_label
+                client,
+                cfg.idle_s,
+                cfg.max_sample_age_s,
+                now,
+                live.police_target_label,
+                cfg.idle_threshold_pct,
             )
         jobs = read_node(settings.paths.spool_dir, now, float("inf")).jobs
         return local_windows(jobs, now, cfg.idle_s, cfg.max_sample_age_s)

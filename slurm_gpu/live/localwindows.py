@@ -53,6 +53,7 @@ def local_windows(
                 account=j.account,
                 targets=(j.host,),
                 scrape_jobs=("",),
+                sources=1,
                 seen_age_s=age,
                 advanced=age <= max_age_s,
                 skew_s=None,

@@ -232,8 +232,15 @@ def run_pass(
             log.warning("user %s: warning not sent: %s", user, exc.message)
             failed.extend((d.job_id, exc.message) for d in ds)
             continue
-        for d in ds:
-            record(d, action)
+        # One transaction for the mail's jobs: a commit is most of a warning's cost.
+        records = [
+            LiveAction(
+                d.job_id, d.rule, action, d.user, d.account, now_s, d.gpus, d.idle_gpu_s, d.reason
+            )
+            for d in ds
+        ]
+        record_actions(engine, records)
+        done.extend(records)
     if done and opts.admin_emails and mailer is not None:
         try:
             mailer.send(digest_message(done, opts, cfg.dry_run), list(opts.admin_emails))

@@ -102,14 +102,17 @@ def _mode_actions(past: Sequence[LiveAction], dry_run: bool) -> list[LiveAction]
     return [a for a in past if a.action.startswith("would_") == dry_run]
 
 
-def judge_gpu(g: GpuWindow, cfg: PolicyConfig) -> tuple[str, str]:
-    """(``idle`` | ``busy`` | ``unknown``, why) of one GPU from its two signals."""
+def judge_gpu(g: GpuWindow, cfg: PolicyConfig, span_s: float | None) -> tuple[str, str]:
+    """(``idle`` | ``busy`` | ``unknown``, why) of one GPU from its two signals. One scrape
+    above the threshold in the window makes it busy, whatever else is said of it (nothing is
+    done to a busy GPU, so its other figures need not be read). ``span_s``: the node's start
+    to last reading, for the readings' coverage since the job started."""
+    if g.util_max_pct is not None and g.util_max_pct > cfg.idle_threshold_pct:
+        return "busy", f"{g.uuid}: up to {g.util_max_pct:.0f} % in the window"
     if g.util_max_pct is None or g.util_points == 0 or g.seen_age_s is None:
         return "unknown", f"{g.uuid}: no utilisation series in the window"
     if g.seen_age_s > cfg.max_sample_age_s:
         return "unknown", f"{g.uuid}: last scraped {g.seen_age_s:.0f} s ago"
-    if g.util_max_pct > cfg.idle_threshold_pct:
-        return "busy", f"{g.uuid}: up to {g.util_max_pct:.0f} % in the window"
     if g.busy_growth_s is None or g.sampled_growth_s is None:
         return "unknown", f"{g.uuid}: no busy or sampled counter over the window"
     if g.counter_reset:
@@ -123,6 +126,11 @@ def judge_gpu(g: GpuWindow, cfg: PolicyConfig) -> tuple[str, str]:
         return "unknown", (
             f"{g.uuid}: readings cover {g.sampled_growth_s:.0f} s of the {g.window_s:.0f} s window"
         )
+    span = span_s or 0.0
+    if g.sampled_s is None or (span > 0 and g.sampled_s < cfg.coverage_min * span):
+        return "unknown", f"gaps: readings cover too little of {g.uuid}'s time since the start"
+    if g.ever_used is None:
+        return "unknown", f"{g.uuid}: not known whether it was ever used"
     return "idle", ""
 
 
@@ -165,6 +173,8 @@ def _mismatch(
     if sj.conflict:
         return sj.conflict
     for p in parts:
+        if p.sources > 1:
+            return f"series of {p.host} came from {p.sources} scrape targets"
         if len(p.targets) != 1 or not same_host(p.targets[0], p.host):
             came = ", ".join(t or "no target label" for t in p.targets)
             return f"series naming host {p.host} came from target(s) {came}"
@@ -203,11 +213,6 @@ def _data_problem(
         return "not_judged", "Slurm gave no start time"
     if now_s - sj.start_s < cfg.grace_s:
         return "grace", "in its start-up grace"
-    for p in parts:
-        for g in p.gpus:
-            span = p.span_s or 0.0
-            if g.sampled_s is None or (span > 0 and g.sampled_s < cfg.coverage_min * span):
-                return "not_judged", f"gaps: readings cover too little of {g.uuid}'s time"
     return "", ""
 
 
@@ -259,7 +264,7 @@ def decide(
         if status:
             out.append(replace(base, reason=why, status=status))
             continue
-        judged = [(g, *judge_gpu(g, cfg)) for p in jparts for g in p.gpus]
+        judged = [(g, *judge_gpu(g, cfg, p.span_s)) for p in jparts for g in p.gpus]
         unknown = [w for _, s, w in judged if s == "unknown"]
         if unknown:
             out.append(replace(base, reason=unknown[0], status="not_judged"))

@@ -171,20 +171,13 @@ def parse_vector(raw: bytes) -> list[Sample]:
         if body.get("status") != "success" or body["data"]["resultType"] != "vector":
             raise ValueError("not a successful vector result")
         out = []
+        clean = _Cleaner()
         for item in body["data"]["result"]:
             labels = item["metric"]
             value = float(item["value"][1])
             if not isinstance(labels, dict) or not math.isfinite(value):
                 continue
-            out.append(
-                Sample(
-                    {
-                        clean_user_text(str(k), 128): clean_user_text(str(v), 128)
-                        for k, v in labels.items()
-                    },
-                    value,
-                )
-            )
+            out.append(Sample(clean.labels(labels), value))
         return out
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise PrometheusUnavailableError(
@@ -193,10 +186,33 @@ def parse_vector(raw: bytes) -> list[Sample]:
         ) from None
 
 
-def _labels(raw: Any) -> dict[str, str]:
+class _Cleaner:
+    """Label names and values cleaned once per distinct string of one answer: an answer
+    repeats each job's id, user, host and every metric name across its series (about 20
+    times per job), and cleaning is the costly part of reading it. Lives for one answer only,
+    so memory does not grow from pass to pass."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def text(self, raw: object) -> str:
+        s = raw if isinstance(raw, str) else str(raw)
+        done = self._seen.get(s)
+        if done is None:
+            done = self._seen[s] = clean_user_text(s, 128)
+        return done
+
+    def labels(self, raw: dict[Any, Any]) -> dict[str, str]:
+        text = self.text
+        return {text(k): text(v) for k, v in raw.items()}
+
+
+def _labels(raw: Any, clean: _Cleaner | None = None) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise TypeError("labels are not an object")
-    return {clean_user_text(str(k), 128): clean_user_text(str(v), 128) for k, v in raw.items()}
+    return (clean or _Cleaner()).labels(raw)
 
 
 def parse_matrix(raw: bytes) -> list[Series]:
@@ -207,13 +223,14 @@ def parse_matrix(raw: bytes) -> list[Series]:
         if body.get("status") != "success" or body["data"]["resultType"] != "matrix":
             raise ValueError("not a successful matrix result")
         out = []
+        clean = _Cleaner()
         for item in body["data"]["result"]:
             points = []
             for t, v in item["values"]:
                 value, at = float(v), float(t)
                 if math.isfinite(value) and math.isfinite(at):
                     points.append((at, value))
-            out.append(Series(_labels(item["metric"]), tuple(points)))
+            out.append(Series(_labels(item["metric"], clean), tuple(points)))
         return out
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise PrometheusUnavailableError(

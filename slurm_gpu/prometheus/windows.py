@@ -3,8 +3,9 @@
 Every figure comes from Prometheus' own record, so that a node's clock and a Prometheus restart
 cannot make a busy GPU look idle:
 
-- ``max_over_time(slurm_gpu_gpu_utilization_ratio[W])`` and ``count_over_time(...)``: the
-  highest duty cycle over the whole window at scrape resolution, and how many scrapes hold it;
+- ``max_over_time(slurm_gpu_gpu_utilization_ratio[W])`` of every GPU, and for the GPUs at or
+  below the idle threshold ``count_over_time(...)``: the highest duty cycle over the whole
+  window at scrape resolution, and how many scrapes hold it;
 - the busy-seconds and sampled-seconds counters' growth over the window (``max_over_time -
   min_over_time``, with ``resets()`` of the sampled counter: a sampler restart voids them);
 - ``timestamp()`` of the utilisation and last-sample series: when Prometheus scraped them
@@ -12,6 +13,10 @@ cannot make a busy GPU look idle:
   freshness bound (the node's readings advance: frozen data are told apart);
 - the instant series for the since-start counters, ``first_active`` and the node's times (skew,
   shown only; the node's start-to-last-reading span, a difference of its own times).
+
+A GPU above the threshold somewhere in the window is busy whatever else is said of it, so the
+second signal and the rest are read (``detail_queries``) only for the jobs with a GPU at or
+below the threshold, named by job id: a pass over 10,000 busy jobs reads four small answers.
 
 Series are kept apart by the scrape target Prometheus attached (``target_label``, by default
 ``instance``: with ``honor_labels`` off no exporter can set it), so the policy can check that a
@@ -22,12 +27,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from slurm_gpu.prometheus.client import PrometheusClient, Sample
 from slurm_gpu.records import GpuWindow, PartWindow
 
 _JOB_ID = re.compile(r"^[0-9]{1,20}$")
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _UTIL = "slurm_gpu_gpu_utilization_ratio"
 _BUSY = "slurm_gpu_gpu_busy_seconds_total"
@@ -35,22 +42,67 @@ _SAMPLED = "slurm_gpu_gpu_sampled_seconds_total"
 _LAST = "slurm_gpu_job_last_sample_timestamp_seconds"
 _START = "slurm_gpu_job_start_timestamp_seconds"
 _FIRST = "slurm_gpu_gpu_first_active_timestamp_seconds"
-_INSTANT = f'{{__name__=~"{_BUSY}|{_SAMPLED}|{_FIRST}|{_LAST}|{_START}"}}'
 
 
-def window_queries(window_s: float, fresh_s: float) -> dict[str, str]:
-    """The PromQL of one read, by what each answers (``window_s``: the policy's idle window;
-    ``fresh_s``: the freshness bound), whole seconds."""
-    w, f = f"{max(1, round(window_s))}s", f"{max(1, round(fresh_s))}s"
+#: Most job ids named in one detail query (a regular expression of alternatives, which
+#: Prometheus answers from its index): keeps a query's URL short.
+DETAIL_CHUNK = 500
+
+
+def _groups(target_label: str) -> tuple[str, str]:
+    if not _LABEL_NAME.match(target_label):
+        raise ValueError(f"not a label name: {target_label!r}")
+    part = ", ".join(dict.fromkeys(("job_id", "host", "job", "instance", target_label)))
+    return part, f"{part}, gpu_uuid"
+
+
+def _range(seconds: float) -> str:
+    return f"{max(1, round(seconds))}s"
+
+
+def window_queries(
+    window_s: float, fresh_s: float, threshold_pct: float = 1.0, target_label: str = "instance"
+) -> dict[str, str]:
+    """The PromQL read for every running job (``window_s``: the policy's idle window;
+    ``fresh_s``: the freshness bound): each job's last reading, its scrape time and whether
+    it advanced, and each GPU's utilisation maximum over the window. Answers keep only the
+    labels the policy reads. (``threshold_pct`` is not used here: the same signature as
+    ``detail_queries``.)"""
+    part, gpu = _groups(target_label)
+    w, f = _range(window_s), _range(fresh_s)
     return {
-        "instant": _INSTANT,
-        "scraped": f'timestamp({{__name__=~"{_UTIL}|{_LAST}"}})',
-        "changes": f"changes({_LAST}[{f}])",
-        "util_max": f"max_over_time({_UTIL}[{w}])",
-        "util_points": f"count_over_time({_UTIL}[{w}])",
-        "busy_growth": f"max_over_time({_BUSY}[{w}]) - min_over_time({_BUSY}[{w}])",
-        "sampled_growth": f"max_over_time({_SAMPLED}[{w}]) - min_over_time({_SAMPLED}[{w}])",
-        "resets": f"resets({_SAMPLED}[{w}])",
+        "last": f"max by ({part}, user, account) ({_LAST})",
+        "scraped": f"max by ({part}) (timestamp({_LAST}))",
+        "changes": f"max by ({part}) (changes({_LAST}[{f}]))",
+        "util_max": f"max by ({gpu}) (max_over_time({_UTIL}[{w}]))",
+    }
+
+
+def detail_queries(
+    job_ids: Iterable[str], window_s: float, target_label: str = "instance"
+) -> dict[str, str]:
+    """The PromQL of the second signal and the rest, for the jobs with a GPU at or below the
+    threshold only (the only ones the policy may act on; a job id is digits, checked)."""
+    ids = sorted(set(job_ids), key=int)
+    if not ids or not all(_JOB_ID.match(j) for j in ids):
+        raise ValueError("detail queries need raw job ids")
+    part, gpu = _groups(target_label)
+    w = _range(window_s)
+    sel = f'job_id=~"{"|".join(ids)}"'
+    util, busy, sampled = (f"{m}{{{sel}}}" for m in (_UTIL, _BUSY, _SAMPLED))
+    last, start, first = (f"{m}{{{sel}}}" for m in (_LAST, _START, _FIRST))
+    return {
+        "span": f"max by ({part}) ({last}) - on({part}) max by ({part}) ({start})",
+        "util_scraped": f"max by ({gpu}) (timestamp({util}))",
+        "util_points": f"max by ({gpu}) (count_over_time({util}[{w}]))",
+        "busy_growth": f"max by ({gpu}) (max_over_time({busy}[{w}]) - min_over_time({busy}[{w}]))",
+        "sampled_growth": (
+            f"max by ({gpu}) (max_over_time({sampled}[{w}]) - min_over_time({sampled}[{w}]))"
+        ),
+        "resets": f"max by ({gpu}) (resets({sampled}[{w}]))",
+        "busy_s": f"max by ({gpu}) ({busy})",
+        "sampled_s": f"max by ({gpu}) ({sampled})",
+        "first_active": f"max by ({gpu}) ({first})",
     }
 
 
@@ -84,6 +136,7 @@ class _Part:
     account: str = ""
     targets: set[str] = field(default_factory=set)
     scrape_jobs: set[str] = field(default_factory=set)
+    sources: set[tuple[str, str, str]] = field(default_factory=set)
     values: dict[str, float] = field(default_factory=dict)
     gpus: dict[str, _Gpu] = field(default_factory=dict)
 
@@ -105,23 +158,29 @@ def assemble(
             key = _key(s)
             if key is None:
                 continue
-            p = parts.setdefault(key, _Part())
+            p = parts.get(key)
+            if p is None:
+                p = parts[key] = _Part()
             p.targets.add(target_host(s.labels.get(target_label, "")))
             p.scrape_jobs.add(s.labels.get("job", ""))
+            p.sources.add(
+                (
+                    s.labels.get("instance", ""),
+                    s.labels.get("job", ""),
+                    s.labels.get(target_label, ""),
+                )
+            )
             uuid = s.labels.get("gpu_uuid", "")
-            name = s.labels.get("__name__", "")
-            field_name = f"{what}:{name}" if what == "instant" else what
             if uuid:
-                p.gpus.setdefault(uuid, _Gpu()).values[field_name] = s.value
+                p.gpus.setdefault(uuid, _Gpu()).values[what] = s.value
             else:
-                if name == _LAST or what in ("scraped", "changes"):
+                if what == "last":
                     p.user = p.user or s.labels.get("user", "")
                     p.account = p.account or s.labels.get("account", "")
-                p.values[field_name] = s.value
+                p.values[what] = s.value
     out = []
     for (jid, host), p in sorted(parts.items(), key=lambda kv: (int(kv[0][0]), kv[0][1])):
-        last = p.values.get(f"instant:{_LAST}")
-        start = p.values.get(f"instant:{_START}")
+        last = p.values.get("last")
         scraped = p.values.get("scraped")
         changes = p.values.get("changes")
         out.append(
@@ -132,10 +191,11 @@ def assemble(
                 account=p.account,
                 targets=tuple(sorted(p.targets)),
                 scrape_jobs=tuple(sorted(p.scrape_jobs)),
+                sources=len(p.sources),
                 seen_age_s=None if scraped is None else max(0.0, now_s - scraped),
                 advanced=None if changes is None else changes > 0,
                 skew_s=None if scraped is None or last is None else scraped - last,
-                span_s=None if last is None or start is None else last - start,
+                span_s=p.values.get("span"),
                 gpus=tuple(_gpu(u, g.values, now_s, window_s) for u, g in sorted(p.gpus.items())),
             )
         )
@@ -144,7 +204,7 @@ def assemble(
 
 def _gpu(uuid: str, v: dict[str, float], now_s: float, window_s: float) -> GpuWindow:
     util_max = v.get("util_max")
-    scraped = v.get("scraped")
+    scraped = v.get("util_scraped")
     return GpuWindow(
         uuid=uuid,
         util_max_pct=None if util_max is None else 100.0 * util_max,
@@ -153,9 +213,10 @@ def _gpu(uuid: str, v: dict[str, float], now_s: float, window_s: float) -> GpuWi
         sampled_growth_s=v.get("sampled_growth"),
         window_s=window_s,
         counter_reset=v.get("resets", 0.0) > 0,
-        ever_used=f"instant:{_FIRST}" in v,
-        busy_s=v.get(f"instant:{_BUSY}"),
-        sampled_s=v.get(f"instant:{_SAMPLED}"),
+        # Known for the GPUs at or below the threshold only (the others' is not read).
+        ever_used=("first_active" in v) if "util_points" in v else None,
+        busy_s=v.get("busy_s"),
+        sampled_s=v.get("sampled_s"),
         seen_age_s=None if scraped is None else max(0.0, now_s - scraped),
     )
 
@@ -166,12 +227,33 @@ def read_windows(
     fresh_s: float,
     now_s: float,
     target_label: str = "instance",
+    threshold_pct: float = 1.0,
 ) -> list[PartWindow]:
     """Every running job's parts over the window, evaluated at ``now_s`` (one ``time`` for
-    every query, so the answers describe the same moment). Raises the client's
-    ``PrometheusUnavailableError``."""
-    answers = {
-        what: client.query(promql, now_s)
-        for what, promql in window_queries(window_s, fresh_s).items()
-    }
+    every query, so the answers describe the same moment); the queries of each step run
+    side by side. Raises the client's ``PrometheusUnavailableError``."""
+    answers = _ask(client, window_queries(window_s, fresh_s, threshold_pct, target_label), now_s)
+    limit = threshold_pct / 100.0
+    candidates = sorted(
+        {
+            s.labels["job_id"]
+            for s in answers["util_max"]
+            if s.value <= limit and _JOB_ID.match(s.labels.get("job_id", ""))
+        },
+        key=int,
+    )
+    for i in range(0, len(candidates), DETAIL_CHUNK):
+        chunk = candidates[i : i + DETAIL_CHUNK]
+        for what, samples in _ask(
+            client, detail_queries(chunk, window_s, target_label), now_s
+        ).items():
+            answers.setdefault(what, []).extend(samples)
     return assemble(answers, now_s, window_s, target_label)
+
+
+def _ask(
+    client: PrometheusClient, queries: Mapping[str, str], now_s: float
+) -> dict[str, list[Sample]]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {what: pool.submit(client.query, q, now_s) for what, q in queries.items()}
+        return {what: f.result() for what, f in futures.items()}

@@ -20,7 +20,13 @@ from slurm_gpu.live.police import PoliceOptions, run_pass
 from slurm_gpu.live.policy import Decision, PolicyConfig, decide
 from slurm_gpu.notify.transport import DirMailer
 from slurm_gpu.prometheus.client import Sample
-from slurm_gpu.prometheus.windows import assemble, target_host, window_queries
+from slurm_gpu.prometheus.windows import (
+    assemble,
+    detail_queries,
+    read_windows,
+    target_host,
+    window_queries,
+)
 from slurm_gpu.records import GpuWindow, LiveGpu, LiveJob, PartWindow
 from slurm_gpu.store import Store, migrations, schema
 from slurm_gpu.store.liveactions import LiveAction, actions_for, record_actions
@@ -73,6 +79,7 @@ def pw(
     advanced: bool | None = True,
     skew_s: float | None = 0.5,
     span_s: float = 4 * HOUR,
+    sources: int = 1,
 ) -> PartWindow:
     return PartWindow(
         job_id=job_id,
@@ -81,6 +88,7 @@ def pw(
         account="physics",
         targets=(host,) if targets is None else targets,
         scrape_jobs=(scrape_job,),
+        sources=sources,
         seen_age_s=seen_age_s,
         advanced=advanced,
         skew_s=skew_s,
@@ -157,23 +165,14 @@ def test_a_busy_gpu_after_a_prometheus_restart_is_never_idle() -> None:
     """Issue 25 item 1: Prometheus answers the stale idle_since for 5 minutes after a restart
     while the utilisation says 0.93; the maximum over the window is what counts."""
     answers = {
-        "instant": [
-            Sample(_labels("slurm_gpu_job_last_sample_timestamp_seconds"), NOW - 3),
-            Sample(_labels("slurm_gpu_job_start_timestamp_seconds"), NOW - 4 * HOUR),
-            Sample(_labels("slurm_gpu_gpu_busy_seconds_total", "GPU-a"), 100.0),
-            Sample(_labels("slurm_gpu_gpu_sampled_seconds_total", "GPU-a"), 4 * HOUR),
-            Sample(_labels("slurm_gpu_gpu_first_active_timestamp_seconds", "GPU-a"), NOW - 60),
-            # what the old rule read: idle_since lingering after the restart
-            Sample(_labels("slurm_gpu_gpu_idle_since_timestamp_seconds", "GPU-a"), NOW - 2 * HOUR),
-        ],
-        "scraped": [Sample(_labels("", "GPU-a"), NOW - 2), Sample(_labels(""), NOW - 2)],
+        "last": [Sample(_labels(""), NOW - 3)],
+        "span": [Sample(_labels(""), 4 * HOUR)],
+        "scraped": [Sample(_labels(""), NOW - 2)],
         "changes": [Sample(_labels(""), 12.0)],
+        # The GPU worked at 93 % after the restart: its maximum over the window says so. Its
+        # other figures are read only for GPUs at or below the threshold (none here), and the
+        # idle_since that lingers after the restart is read by no rule.
         "util_max": [Sample(_labels("", "GPU-a"), 0.93)],
-        "util_points": [Sample(_labels("", "GPU-a"), 40.0)],
-        # the counters over the window: Prometheus was down for part of it
-        "busy_growth": [Sample(_labels("", "GPU-a"), 40.0)],
-        "sampled_growth": [Sample(_labels("", "GPU-a"), 45.0)],
-        "resets": [Sample(_labels("", "GPU-a"), 0.0)],
     }
     parts = assemble(answers, NOW, HOUR, "instance")
     [p] = parts
@@ -312,15 +311,64 @@ def test_two_targets_serving_one_job_and_host_are_kept_apart() -> None:
         ]
     }
     [p] = assemble(answers, NOW, HOUR, "instance")
-    assert p.targets == ("n1", "n9")
+    assert p.targets == ("n1", "n9") and p.sources == 2
+    # The same node claimed by a second target (the target label forged under honor_labels)
+    both = {"scraped": [*answers["scraped"], Sample({**_labels(""), "node": "n1"}, NOW - 2)]}
+    [q] = assemble(both, NOW, HOUR, "node")
+    assert q.sources == 3
+    out = decide([pw("1", "n1", NEVER, sources=2)], {"1": sj("1")}, [], PolicyConfig(), NOW)
+    assert of(out, "1").status == "mismatch" and "2 scrape targets" in of(out, "1").reason
+
+
+def test_an_idle_gpu_is_read_whole_from_the_window_answers() -> None:
+    gpu = _labels("", "GPU-c")
+    answers = {
+        "last": [Sample(_labels(""), NOW - 3)],
+        "span": [Sample(_labels(""), 4 * HOUR)],
+        "scraped": [Sample(_labels(""), NOW - 2)],
+        "changes": [Sample(_labels(""), 12.0)],
+        "util_max": [Sample(gpu, 0.0)],
+        "util_scraped": [Sample(gpu, NOW - 2)],
+        "util_points": [Sample(gpu, 1800.0)],
+        "busy_growth": [Sample(gpu, 0.0)],
+        "sampled_growth": [Sample(gpu, HOUR - 10)],
+        "resets": [Sample(gpu, 0.0)],
+        "busy_s": [Sample(gpu, 0.0)],
+        "sampled_s": [Sample(gpu, 4 * HOUR)],
+    }
+    [p] = assemble(answers, NOW, HOUR, "instance")
+    assert p.user == "alice" and p.skew_s == pytest.approx(1.0) and p.span_s == 4 * HOUR
+    [g] = p.gpus
+    assert g.ever_used is False and g.seen_age_s == 2.0 and g.window_s == HOUR
+    out = decide([p], {"1": sj("1")}, [], PolicyConfig(), NOW)
+    assert acts(out) == {("1", "never_used"): "warn"}
+    # Without the "first_active" answer it was never used; with it, the rule is "idle".
+    answers["first_active"] = [Sample(gpu, NOW - 3 * HOUR)]
+    [p] = assemble(answers, NOW, HOUR, "instance")
+    assert acts(decide([p], {"1": sj("1")}, [], PolicyConfig(), NOW)) == {("1", "idle"): "warn"}
 
 
 def test_the_window_queries_read_the_whole_window_at_scrape_resolution() -> None:
-    q = window_queries(3600.0, 120.0)
-    assert q["util_max"] == "max_over_time(slurm_gpu_gpu_utilization_ratio[3600s])"
-    assert q["scraped"].startswith("timestamp(")
-    assert q["changes"] == "changes(slurm_gpu_job_last_sample_timestamp_seconds[120s])"
-    assert "idle_since" not in " ".join(q.values())
+    q = window_queries(3600.0, 120.0, 1.0, "node")
+    part = "job_id, host, job, instance, node"
+    assert q["util_max"] == (
+        f"max by ({part}, gpu_uuid) (max_over_time(slurm_gpu_gpu_utilization_ratio[3600s]))"
+    )
+    assert q["scraped"] == (
+        f"max by ({part}) (timestamp(slurm_gpu_job_last_sample_timestamp_seconds))"
+    )
+    assert "changes(slurm_gpu_job_last_sample_timestamp_seconds[120s])" in q["changes"]
+    d = detail_queries(["12", "7"], 3600.0, "node")
+    sel = 'job_id=~"7|12"'
+    assert d["busy_growth"] == (
+        f"max by ({part}, gpu_uuid) (max_over_time(slurm_gpu_gpu_busy_seconds_total{{{sel}}}"
+        f"[3600s]) - min_over_time(slurm_gpu_gpu_busy_seconds_total{{{sel}}}[3600s]))"
+    )
+    assert "idle_since" not in " ".join([*q.values(), *d.values()])
+    with pytest.raises(ValueError):
+        window_queries(3600.0, 120.0, 1.0, 'x"}) or vector(1')
+    with pytest.raises(ValueError):
+        detail_queries(['1"} or vector(1)'], 3600.0)
 
 
 SCONTROL = b"""JobId=1 JobName=train
@@ -746,3 +794,26 @@ def test_a_version_6_store_migrates_to_the_live_actions_table(store: Store) -> N
     applied = migrations.migrate(store.engine)
     assert applied[0].version == 7  # then the later ones
     assert actions_for(store.engine, ["1"], [], 0.0) == []
+
+
+class FakePrometheus:
+    """The client seam: answers by query text, records the queries."""
+
+    def __init__(self, answers: Mapping[str, list[Sample]]) -> None:
+        self.answers, self.asked = answers, []  # type: ignore[var-annotated]
+
+    def query(self, promql: str, at_s: float | None = None) -> list[Sample]:
+        self.asked.append(promql)
+        for key, samples in self.answers.items():
+            if promql.startswith(key):
+                return samples
+        return []
+
+
+def test_the_second_signal_is_read_only_for_jobs_with_a_gpu_under_the_threshold() -> None:
+    idle, busy_gpu = _labels("", "GPU-a", job_id="1"), _labels("", "GPU-b", job_id="2", host="n2")
+    util = "max by (job_id, host, job, instance, gpu_uuid) (max_over_time("
+    client = FakePrometheus({util: [Sample(idle, 0.0), Sample(busy_gpu, 0.9)]})
+    read_windows(client, HOUR, 120.0, NOW)  # type: ignore[arg-type]
+    details = [q for q in client.asked if "job_id=~" in q]
+    assert details and all('job_id=~"1"' in q for q in details), details
