@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -55,6 +57,10 @@ def cli(
     from slurm_gpu.records import PartWindow
     from slurm_gpu.store import Store
 
+    # Every job's decision goes to the log (stderr: the journal under systemd), --json or not.
+    logging.basicConfig(
+        level=logging.INFO, format="slurm-gpu police: %(message)s", stream=sys.stderr
+    )
     settings = settings_from(ctx, trusted=True)
     live = settings.live
     cfg = PolicyConfig(

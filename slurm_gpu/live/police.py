@@ -167,7 +167,9 @@ def _log_decisions(decisions: Sequence[Decision]) -> None:
     for d in decisions:
         skew = "" if d.skew_s is None else f", node clock skew {d.skew_s:+.0f} s"
         if d.action == "skip":
-            log.info("job %s: not acted on [%s]: %s%s", d.job_id, d.status, d.reason, skew)
+            # A mismatch or a disagreement between signals is worth an admin's look.
+            level = logging.WARNING if d.status in ("mismatch", "not_judged") else logging.INFO
+            log.log(level, "job %s: not acted on [%s]: %s%s", d.job_id, d.status, d.reason, skew)
         else:
             log.info("job %s: %s (%s: %s)%s", d.job_id, d.action, d.rule, d.reason, skew)
 

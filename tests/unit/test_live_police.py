@@ -817,3 +817,16 @@ def test_the_second_signal_is_read_only_for_jobs_with_a_gpu_under_the_threshold(
     read_windows(client, HOUR, 120.0, NOW)  # type: ignore[arg-type]
     details = [q for q in client.asked if "job_id=~" in q]
     assert details and all('job_id=~"1"' in q for q in details), details
+
+
+def test_every_decision_is_logged_with_its_status_and_skew(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    parts = [pw("1", "n1", IDLE, skew_s=300.0), pw("2", "n1", HEALTHY, targets=("n9",))]
+    runner = Runner({"1": ("alice", {"n1": 2}), "2": ("bob", {"n1": 1}), "3": ("c", {"n4": 1})})
+    with caplog.at_level("INFO", logger="slurm_gpu.live.police"):
+        run_pass(lambda: parts, runner, store.engine, None, PolicyConfig(dry_run=True), OPTS, NOW)
+    text = caplog.text
+    assert "job 1: warn (idle: first warning for this rule), node clock skew +300 s" in text
+    assert "job 2: not acted on [mismatch]: series naming host n1 came from target(s) n9" in text
+    assert "job 3: not acted on [no_data]: no live data from n4" in text
