@@ -155,10 +155,13 @@ def _exempt(slurm: SlurmJob, cfg: PolicyConfig) -> str:
     return ""
 
 
-def _claims(parts: Sequence[PartWindow]) -> dict[tuple[str, str], set[str]]:
-    """(host, GPU UUID) -> the jobs whose series name that GPU."""
+def _claims(parts: Sequence[PartWindow], max_age_s: float) -> dict[tuple[str, str], set[str]]:
+    """(host, GPU UUID) -> the jobs whose fresh series name that GPU. An ended job's series
+    that linger after a Prometheus restart (5 minutes, stale) claim nothing."""
     out: dict[tuple[str, str], set[str]] = {}
     for p in parts:
+        if p.seen_age_s is None or p.seen_age_s > max_age_s:
+            continue
         for g in p.gpus:
             out.setdefault((p.host, g.uuid), set()).add(p.job_id)
     return out
@@ -233,7 +236,7 @@ def decide(
     by_job: dict[str, list[PartWindow]] = {}
     for p in parts:
         by_job.setdefault(p.job_id, []).append(p)
-    claims = _claims(parts)
+    claims = _claims(parts, cfg.max_sample_age_s)
     history = _mode_actions(past, cfg.dry_run)
     user_last_warn: dict[str, float] = {}
     for a in history:

@@ -295,6 +295,14 @@ def test_a_forged_series_for_another_jobs_gpu_makes_both_a_mismatch() -> None:
     assert {of(out, j).status for j in "12"} == {"mismatch"}
 
 
+def test_an_ended_jobs_lingering_series_claim_no_gpu() -> None:
+    # After a Prometheus restart an ended job's series stay 5 minutes, stale; the GPU's new
+    # job is judged as usual.
+    lingering = pw("1", "n1", [gw("GPU-c")], seen_age_s=200.0)
+    out = decide([lingering, pw("2", "n1", NEVER)], {"2": sj("2")}, [], PolicyConfig(), NOW)
+    assert acts(out) == {("2", "never_used"): "warn"}
+
+
 def test_the_target_host_is_read_from_the_target_label() -> None:
     assert target_host("gpu-01.example.org:9817") == "gpu-01"
     assert target_host("gpu-01") == "gpu-01"
