@@ -155,6 +155,21 @@ def hung(pid: int) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
+@pytest.fixture(autouse=True)
+def restore_on_sigterm() -> Iterator[None]:
+    """A SIGTERM (a timeout around the run) unwinds the test like Ctrl-C, so the ``finally``
+    that restores a stopped daemon runs; Python's default would end the process at once."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # ------------------------------------------------------------------------------- the policy
 
 
