@@ -325,15 +325,16 @@ def test_prometheus_restarted_while_the_job_turns_busy_never_acts_on_it(
         )
         with stopped("prometheus"):
             time.sleep(25)  # the job turns busy while Prometheus is down
-        judged_busy = False
+        judged_busy, unaccounted = False, 0
         while time.monotonic() - started < 170:  # past police_idle_s, inside the lookback
             rc, out = police(police_config, mail_dir)
             assert rc == 0, out
             assert acted(out, job) == [], f"acted on a busy job: {acted(out, job)}"
             d = decision(out, job)
-            assert d is not None, "the running job is not accounted for"
-            judged_busy |= d.get("status") == "judged"
+            unaccounted += d is None
+            judged_busy |= d is not None and d.get("status") == "judged"
             time.sleep(5)
+        assert unaccounted == 0, f"the running job was left out of {unaccounted} pass(es)"
         assert judged_busy, "the busy job was never judged (busy) after the restart"
         assert slurmtools.squeue_state(job) == "RUNNING"
     finally:
@@ -445,6 +446,15 @@ def test_frozen_data_are_never_acted_on(job_dir: Path, police_config: Path, mail
         _cancel(job)
 
 
+def _start_of(job_id: str) -> float:
+    [value] = [
+        s.value
+        for s in prometheus().query("slurm_gpu_job_start_timestamp_seconds")
+        if s.labels.get("job_id") == job_id
+    ]
+    return value
+
+
 FORGER = r"""
 import http.server, sys, time
 victim, user, account, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
@@ -501,7 +511,8 @@ def test_a_forged_target_serving_another_users_job_is_a_mismatch_never_acted_on(
                     victim,
                     "sgtest2",
                     "biology",
-                    str(time.time() - 600),
+                    # The victim's own start: its real GPU's readings then cover its time.
+                    str(_start_of(victim)),
                 ],
                 cwd="/",
             )
@@ -618,21 +629,22 @@ def test_a_node_clock_5_minutes_off_is_shown_and_decides_nothing(
             timeout_s=60,
         )
         with hung(_pid("exporter")), stopped("test-shapes"), skewed_exposition(job, shift_s):
-            warned_at = None
+            warned_at, unaccounted = None, 0
             while time.monotonic() - submitted < 300 and warned_at is None:
                 rc, out = police(config, mail_dir)
                 assert rc == 0, out
-                d = decision(out, job)
-                assert d is not None, "the running job is not accounted for"
                 age = time.monotonic() - submitted
                 if age < 110:  # inside the grace by Slurm's clock (submitted <= started)
-                    assert acted(out, job) == [], f"acted inside the grace: {d}"
-                if d["action"] == "warn":
+                    assert acted(out, job) == [], f"acted inside the grace: {acted(out, job)}"
+                d = decision(out, job)
+                unaccounted += d is None
+                if d is not None and d["action"] == "warn":
                     warned_at = age
                     # The skew is shown: scrape time minus the node's reading time.
                     assert d["skew_s"] == pytest.approx(-shift_s, abs=30), d
                 time.sleep(5)
             assert warned_at is not None, "the idle job on a skewed node was never judged"
+            assert unaccounted == 0, f"the running job was left out of {unaccounted} pass(es)"
     finally:
         config.unlink(missing_ok=True)
         _cancel(job)
