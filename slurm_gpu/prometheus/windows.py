@@ -26,7 +26,7 @@ series' ``host`` is the node that was scraped.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -148,28 +148,40 @@ def _key(s: Sample) -> tuple[str, str] | None:
     return jid, host
 
 
+def _source(s: Sample, target_label: str) -> tuple[str, str, str]:
+    labels = s.labels
+    return labels.get("instance", ""), labels.get("job", ""), labels.get(target_label, "")
+
+
 def assemble(
-    answers: Mapping[str, Iterable[Sample]], now_s: float, window_s: float, target_label: str
+    answers: Mapping[str, Sequence[Sample]], now_s: float, window_s: float, target_label: str
 ) -> list[PartWindow]:
-    """``PartWindow``s from the answers of ``window_queries`` (pure: the tests feed it)."""
+    """``PartWindow``s from the answers of ``window_queries`` (pure: the tests feed it).
+
+    A job and host exist only where a target serves its last-sample series now (the
+    ``scraped`` answer, an instant query): the window answers of a target that stopped
+    serving it (an exporter killed, hung, or replaced) linger for the window's length and are
+    left out, so they neither stand for data nor count as a second source."""
+    current: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+    for s in answers.get("scraped", ()):
+        key = _key(s)
+        if key is not None:
+            current.setdefault(key, set()).add(_source(s, target_label))
     parts: dict[tuple[str, str], _Part] = {}
     for what, samples in answers.items():
         for s in samples:
             key = _key(s)
-            if key is None:
+            if key is None or key not in current:
+                continue
+            source = _source(s, target_label)
+            if source not in current[key]:
                 continue
             p = parts.get(key)
             if p is None:
                 p = parts[key] = _Part()
-            p.targets.add(target_host(s.labels.get(target_label, "")))
-            p.scrape_jobs.add(s.labels.get("job", ""))
-            p.sources.add(
-                (
-                    s.labels.get("instance", ""),
-                    s.labels.get("job", ""),
-                    s.labels.get(target_label, ""),
-                )
-            )
+            p.targets.add(target_host(source[2]))
+            p.scrape_jobs.add(source[1])
+            p.sources.add(source)
             uuid = s.labels.get("gpu_uuid", "")
             if uuid:
                 p.gpus.setdefault(uuid, _Gpu()).values[what] = s.value

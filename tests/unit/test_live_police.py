@@ -838,3 +838,23 @@ def test_every_decision_is_logged_with_its_status_and_skew(
     assert "job 1: warn (idle: first warning for this rule), node clock skew +300 s" in text
     assert "job 2: not acted on [mismatch]: series naming host n1 came from target(s) n9" in text
     assert "job 3: not acted on [no_data]: no live data from n4" in text
+
+
+def test_a_target_that_stopped_serving_a_job_is_no_data_not_a_second_source() -> None:
+    """The exporter killed or hung: its series' window answers linger for the window's length;
+    with no current last-sample series they stand for nothing."""
+    old_gpu = _labels("", "GPU-c")
+    lingering = {"util_max": [Sample(old_gpu, 0.0)], "changes": [Sample(_labels(""), 3.0)]}
+    assert assemble(lingering, NOW, HOUR, "instance") == []
+    out = decide([], {"1": sj("1")}, [], PolicyConfig(), NOW)
+    assert of(out, "1").status == "no_data"
+    # A new target serves the job now (the node's exporter replaced): the old one's lingering
+    # answers are not a second source.
+    new = {**_labels(""), "instance": "n1.example.org:9818"}
+    now_served = {
+        **lingering,
+        "scraped": [Sample(new, NOW - 2)],
+        "util_max": [Sample(old_gpu, 0.0), Sample({**new, "gpu_uuid": "GPU-c"}, 0.5)],
+    }
+    [p] = assemble(now_served, NOW, HOUR, "instance")
+    assert p.sources == 1 and p.gpus[0].util_max_pct == 50.0
