@@ -26,8 +26,8 @@ MAX_GPUS_PER_SUMMARY = 64
 #: Longest label value kept, characters.
 MAX_LABEL_LEN = 128
 
-_JOB_DIR = re.compile(r"^[0-9]{1,20}$")
-_HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\.json$")
+_JOB_DIR = re.compile(r"[0-9]{1,20}")
+_HOST_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\.json")
 
 
 #: Integers beyond this magnitude are not numbers here (``float()`` of them overflows).
@@ -83,7 +83,7 @@ def parse_summary(body: dict[str, Any]) -> LiveJob:
     lacks the job id, host or times."""
     job_id, host = body.get("job_id"), body.get("hostname")
     started, updated = _num(body.get("started_s")), _num(body.get("updated_s"))
-    if not isinstance(job_id, str) or not _JOB_DIR.match(job_id) or not isinstance(host, str):
+    if not isinstance(job_id, str) or not _JOB_DIR.fullmatch(job_id) or not isinstance(host, str):
         raise SpoolFormatError("live summary without a job id or host")
     if started is None or updated is None:
         raise SpoolFormatError("live summary without its times")
@@ -121,12 +121,12 @@ def read_node(spool_dir: str, now_s: float, stale_after_s: float) -> NodeSnapsho
     jobs: list[LiveJob] = []
     stale = unreadable = seen = 0
     try:
-        job_dirs = sorted((d for d in os.listdir(root) if _JOB_DIR.match(d)), key=int)
+        job_dirs = sorted((d for d in os.listdir(root) if _JOB_DIR.fullmatch(d)), key=int)
     except OSError:
         job_dirs = []
     for job in job_dirs:
         try:
-            names = sorted(n for n in os.listdir(os.path.join(root, job)) if _HOST_FILE.match(n))
+            names = sorted(n for n in os.listdir(os.path.join(root, job)) if _HOST_FILE.fullmatch(n))
         except OSError:
             continue  # the job ended between the two listings
         for name in names:

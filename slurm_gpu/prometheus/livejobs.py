@@ -15,7 +15,7 @@ from slurm_gpu.records import LiveGpu, LiveJob
 
 #: The window of ``slurm_gpu_gpu:utilization:ratio_15m``, seconds.
 RECENT_WINDOW_S = 900.0
-_JOB_ID = re.compile(r"^[0-9]{1,20}$")
+_JOB_ID = re.compile(r"[0-9]{1,20}")
 
 _VIEW_NAMES = (
     "slurm_gpu_gpu_(busy_seconds_total|sampled_seconds_total|utilization_ratio"
@@ -38,7 +38,7 @@ def job_queries(job_id: str) -> tuple[str, str, str]:
     """(raw series, recent rule, recent expression) of one job only: every selector carries
     ``job_id="N"``. ``job_id`` is a raw Slurm job id (digits), checked here, so no user text
     ever reaches a query."""
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise ValueError(f"not a raw job id: {job_id!r}")
     sel = f'job_id="{job_id}"'
     return (
@@ -82,7 +82,7 @@ def live_jobs(client: PrometheusClient, job_id: str | None = None) -> list[LiveJ
     gpus: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for s in samples + [Sample({**r.labels, "__name__": RECENT_RULE}, r.value) for r in recent]:
         name, jid, host = (s.labels.get(k, "") for k in ("__name__", "job_id", "host"))
-        if not _JOB_ID.match(jid) or not host:
+        if not _JOB_ID.fullmatch(jid) or not host:
             continue
         if job_id is not None and jid != job_id:
             continue  # never more than was asked for, whatever the server answered

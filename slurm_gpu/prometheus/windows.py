@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from slurm_gpu.prometheus.client import PrometheusClient, Sample
 from slurm_gpu.records import GpuWindow, PartWindow
 
-_JOB_ID = re.compile(r"^[0-9]{1,20}$")
+_JOB_ID = re.compile(r"[0-9]{1,20}")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _UTIL = "slurm_gpu_gpu_utilization_ratio"
@@ -84,7 +84,7 @@ def detail_queries(
     """The PromQL of the second signal and the rest, for the jobs with a GPU at or below the
     threshold only (the only ones the policy may act on; a job id is digits, checked)."""
     ids = sorted(set(job_ids), key=int)
-    if not ids or not all(_JOB_ID.match(j) for j in ids):
+    if not ids or not all(_JOB_ID.fullmatch(j) for j in ids):
         raise ValueError("detail queries need raw job ids")
     part, gpu = _groups(target_label)
     w = _range(window_s)
@@ -143,7 +143,7 @@ class _Part:
 
 def _key(s: Sample) -> tuple[str, str] | None:
     jid, host = s.labels.get("job_id", ""), s.labels.get("host", "")
-    if not _JOB_ID.match(jid) or not host:
+    if not _JOB_ID.fullmatch(jid) or not host:
         return None
     return jid, host
 
@@ -250,7 +250,7 @@ def read_windows(
         {
             s.labels["job_id"]
             for s in answers["util_max"]
-            if s.value <= limit and _JOB_ID.match(s.labels.get("job_id", ""))
+            if s.value <= limit and _JOB_ID.fullmatch(s.labels.get("job_id", ""))
         },
         key=int,
     )

@@ -8,6 +8,8 @@ check now uses ``fullmatch`` (and the recipient check refuses every control char
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurm_gpu.capture import spoolpaths
@@ -43,3 +45,22 @@ def test_job_id_with_a_trailing_newline_is_not_a_spool_name() -> None:
 def test_sluid_with_a_trailing_newline_is_refused() -> None:
     assert check_sluid("sBR1JB8J1YM400") == "sBR1JB8J1YM400"
     assert check_sluid("sBR1JB8J1YM400\n") is None
+
+
+def test_a_job_id_with_a_trailing_newline_never_reaches_a_promql_query() -> None:
+    from slurm_gpu.prometheus.livejobs import job_queries
+
+    with pytest.raises(ValueError):
+        job_queries("123\n")
+    assert 'job_id="123"' in job_queries("123")[0]
+
+
+def test_a_live_summary_directory_with_a_trailing_newline_is_not_a_job(tmp_path: Path) -> None:
+    """``<spool>-live/123\\n/`` is not job 123's: the node exposes nothing of it."""
+    from slurm_gpu.live.snapshot import read_node
+
+    live = tmp_path / "spool-live"
+    (live / "123\n").mkdir(parents=True)
+    (live / "123\n" / "node1.json").write_text("{}")
+    snap = read_node(str(tmp_path / "spool"), now_s=0.0, stale_after_s=60.0)
+    assert snap.jobs == () and snap.unreadable == 0
