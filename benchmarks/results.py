@@ -28,12 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-#: Each benchmark's tiny run ("{tmp}": a scratch directory). Every bench_*.py has one.
+#: Each benchmark's tiny run ("{tmp}": a scratch directory; "{job}": a completed job of the
+#: test cluster; "{tc_root}": its directory). Every bench_*.py has one.
 SMOKE_ARGS: dict[str, list[str]] = {
     "bench_collect.py": ["--jobs", "20", "--gpus", "1", "--repeat", "1"],
     "bench_epilog.py": ["--smoke"],
     "bench_exporter.py": ["--scrapes", "20"],
-    "bench_gpueff.py": ["--runs", "1", "--job", "{job}"],
+    "bench_gpueff.py": ["--runs", "1", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"],
     "bench_lab_latency.py": ["--jobs", "2"],
     "bench_nvml_calls.py": ["--readings", "20"],
     "bench_pg_transport.py": ["--jobs", "30", "--gpus", "1", "--repeat", "1"],
@@ -84,7 +85,12 @@ def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
     """Run one benchmark and append its result line to ``out``; its exit status."""
     script = Path(argv[-1]).name
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        extra = [a.replace("{tmp}", tmp) for a in SMOKE_ARGS.get(script, [])] if smoke else []
+        tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
+        extra = (
+            [a.replace("{tmp}", tmp).replace("{tc_root}", tc_root) for a in SMOKE_ARGS[script]]
+            if smoke and script in SMOKE_ARGS
+            else []
+        )
         started = datetime.now(UTC)
         load_before = _loadavg()
         t0 = time.perf_counter()

@@ -146,7 +146,11 @@ def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("script", "args"), CASES)
 def test_benchmark_runs_at_a_tiny_size(script: str, args: list[str], tmp_path: Path) -> None:
     job = _newest_completed_job() if "{job}" in args else ""
-    argv = [a.replace("{tmp}", str(tmp_path)).replace("{job}", job) for a in args]
+    tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
+    argv = [
+        a.replace("{tmp}", str(tmp_path)).replace("{job}", job).replace("{tc_root}", tc_root)
+        for a in args
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *argv],
