@@ -205,6 +205,8 @@ def energy_text(joules: float | None) -> str:
         return f"{wh / 1000:.0f} kWh"
     if wh >= 1000:
         return f"{wh / 1000:.3g} kWh"
+    if 0 < wh < 0.001:
+        return "< 0.001 Wh"  # fixed point: "%.3g" would print 1 J as "0.000278" and less as 1e-05
     return f"{wh:.3g} Wh"
 
 

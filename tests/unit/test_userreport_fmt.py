@@ -11,9 +11,10 @@ from slurm_gpu.jobreport import fmt
     ("joules", "text"),
     [
         (None, fmt.NA),
-        (0.5, "0.5 J"),
-        (2200.0, "2200 J"),
-        (3550.0, "3550 J"),
+        (0.0, "0 Wh"),
+        (0.5, "< 0.001 Wh"),
+        (2200.0, "0.611 Wh"),
+        (3550.0, "0.986 Wh"),
         (3600.0, "1 Wh"),
         (13_824.0, "3.84 Wh"),
         (5_400_000.0, "1.5 kWh"),
@@ -21,4 +22,4 @@ from slurm_gpu.jobreport import fmt
 )
 def test_energy_picks_a_unit_and_never_uses_an_exponent(joules: float | None, text: str) -> None:
     assert fmt.energy(joules) == text
-    assert "e+" not in fmt.energy(joules)
+    assert "e+" not in fmt.energy(joules) and "e-" not in fmt.energy(joules)
