@@ -249,17 +249,20 @@ def _cgroup_cleanup() -> None:
         CGROUP_TREE.rmdir()
 
 
-def _place_in_cgroup(job_id: str, uid: int, pid_file: Path, timeout_s: float = 180) -> Path:
-    """Make the job's cgroup (as Slurm's proctrack/cgroup would) and move the batch shell
-    into it once the shell has written its pid."""
+def _job_cgroup(job_id: str, uid: int) -> Path:
+    """Make the job's cgroup v1 directory as Slurm's proctrack/cgroup would (root's)."""
     job_cg = CGROUP_TREE / f"uid_{uid}" / f"job_{job_id}"
     job_cg.mkdir(parents=True, exist_ok=True)
+    return job_cg
+
+
+def _move_in(job_cg: Path, pid_file: Path, timeout_s: float = 180) -> None:
+    """Move the batch shell into the job's cgroup once it has written its pid."""
     deadline = time.monotonic() + timeout_s
     while not pid_file.exists() or not pid_file.read_text().strip():
-        assert time.monotonic() < deadline, f"job {job_id} never started ({pid_file})"
+        assert time.monotonic() < deadline, f"the job never started ({pid_file})"
         time.sleep(0.1)
     (job_cg / "cgroup.procs").write_text(pid_file.read_text().strip())
-    return job_cg
 
 
 def _collect(jobs: list[str]) -> None:
@@ -308,8 +311,9 @@ def seen(config: Path) -> Iterator[dict[str, Seen]]:
                 USER,
                 (f"--chdir={out}", f"--output={out}/%j.out", "--comment=slurm-gpu:stacks"),
             )
-        for job_id in jobs.values():
-            _place_in_cgroup(job_id, uid, out / f"{job_id}.pid")
+        cgroups = {job_id: _job_cgroup(job_id, uid) for job_id in jobs.values()}
+        for job_id, job_cg in cgroups.items():
+            _move_in(job_cg, out / f"{job_id}.pid")
         for name, job_id in jobs.items():
             state = slurmtools.wait_done(job_id, timeout_s=300)
             output = (out / f"{job_id}.out").read_text(errors="replace")
