@@ -119,8 +119,8 @@ if __name__ == "__main__":
 """
 
 #: Looks input-bound from outside (GPU idle most of the time, its one core busy) but never
-#: waits for data: between 0.3 s GPU bursts it writes a 16 MiB checkpoint again and again for
-#: about 1.5 s with ``shutil.copyfileobj`` (``checkpoint_io``), to /dev/shm so that the shared
+#: waits for data: between 0.15 s GPU bursts it writes a 16 MiB checkpoint again and again for
+#: about 2 s with ``shutil.copyfileobj`` (``checkpoint_io``), to /dev/shm so that the shared
 #: machine's disk is spared. (``json.dump`` would not do: py-spy shows a running generator
 #: without its callers, so most samples hold only ``json/encoder.py`` frames.)
 CHECKPOINT = """
@@ -145,9 +145,9 @@ def main():
     try:
         with open(out, "wb") as fh:
             while time.time() < end:
-                time.sleep(0.3)  # the GPU steps
+                time.sleep(0.15)  # the GPU steps
                 dev.tick(1.0, sm_active=0.8, tensor_active=0.5)
-                until = time.time() + 1.5
+                until = time.time() + 2.0
                 while time.time() < until:  # the checkpoint, written with the GPU idle
                     fh.seek(0)
                     shutil.copyfileobj(io.BytesIO(weights), fh)
