@@ -3,8 +3,9 @@ the job turns the rules' guesses from outside into confirmed or withdrawn findin
 
 - ``DATALOADER_BOUND`` is confirmed (evidence ``stacks_input_wait_pct``, ``stacks_confirmed``
   1) when the main processes waited for input in at least ``stacks_confirm_input_pct`` of
-  the samples, and withdrawn when in less than ``stacks_withdraw_input_pct``; in between it
-  stands with the share quoted (``stacks_confirmed`` 0).
+  the samples, and withdrawn when in less than ``stacks_withdraw_input_pct`` (with
+  ``TOO_FEW_CPUS_PER_GPU``, which rests on the same reading); in between it stands with the
+  share quoted (``stacks_confirmed`` 0).
 - ``IDLE_PHASES`` is explained by what the main processes did while the GPUs were idle
   (``stacks_idle_<class>_pct`` for the leading classes).
 - ``COMMUNICATION_WAIT`` and ``GPU_IMBALANCE`` get the collective waits per rank (the rank
@@ -30,6 +31,8 @@ SUBJECT_MAX_LEN = 400
 IDLE_CLASSES_SHOWN = 2
 #: Classes shown in the note, and the only ones a cause can be read from, when present.
 INPUT, COLLECTIVE, IO, EVALUATION = "input_wait", "collective", "checkpoint_io", "evaluation"
+#: Findings that say the job waited for input, withdrawn together when the stacks say it did not.
+INPUT_BOUND_CODES = (Code.DATALOADER_BOUND, Code.TOO_FEW_CPUS_PER_GPU)
 
 
 def _r(value: float | None) -> Number:
@@ -84,9 +87,13 @@ def stack_evidence(m: JobMetrics, s: AnalysisSettings, found: Sequence[Finding])
     withdrawn = False
     for f in found:
         ev = dict(f.evidence)
-        if f.code is Code.DATALOADER_BOUND:
+        if f.code in INPUT_BOUND_CODES:
             if input_pct < s.stacks_withdraw_input_pct:
-                withdrawn = True
+                # TOO_FEW_CPUS_PER_GPU rests on the same guess (the host read input-bound).
+                withdrawn = withdrawn or f.code is Code.DATALOADER_BOUND
+                continue
+            if f.code is not Code.DATALOADER_BOUND:
+                out.append(f)
                 continue
             ev["stacks_input_wait_pct"] = _r(input_pct)
             ev["stacks_confirmed"] = int(input_pct >= s.stacks_confirm_input_pct)

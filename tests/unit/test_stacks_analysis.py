@@ -91,6 +91,18 @@ def test_the_stacks_withdraw_the_data_loading_finding() -> None:
     assert got[Code.STACK_PROFILE]["compute_pct"] == 90.0
 
 
+def test_a_withdrawal_takes_the_too_few_cores_finding_and_its_advice_with_it() -> None:
+    """Seen on the test cluster: a job writing checkpoints on its one saturated core had
+    DATALOADER_BOUND withdrawn but kept TOO_FEW_CPUS_PER_GPU ("the site recommends at least 4
+    for input pipelines") and its --cpus-per-gpu advice, which rest on the same guess."""
+    assert Code.TOO_FEW_CPUS_PER_GPU in codes(DATALOADER, list(DATALOADER.nodes))
+    st = summary({"input_wait": 0, "checkpoint_io": 92, "sleep_idle": 8})
+    result = analyze(DATALOADER.job, with_stacks(DATALOADER, st)[1], S)
+    got = {f.code for f in result.findings}
+    assert Code.DATALOADER_BOUND not in got and Code.TOO_FEW_CPUS_PER_GPU not in got
+    assert not [r for r in result.recommendations if "cpus-per-gpu" in " ".join(r.sbatch_lines)]
+
+
 def test_in_between_the_finding_stands_with_the_share_quoted() -> None:
     st = summary({"input_wait": 10, "compute": 90})
     ev = codes(*with_stacks(DATALOADER, st))[Code.DATALOADER_BOUND]
