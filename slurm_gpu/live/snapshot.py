@@ -126,7 +126,9 @@ def read_node(spool_dir: str, now_s: float, stale_after_s: float) -> NodeSnapsho
         job_dirs = []
     for job in job_dirs:
         try:
-            names = sorted(n for n in os.listdir(os.path.join(root, job)) if _HOST_FILE.fullmatch(n))
+            names = sorted(
+                n for n in os.listdir(os.path.join(root, job)) if _HOST_FILE.fullmatch(n)
+            )
         except OSError:
             continue  # the job ended between the two listings
         for name in names:

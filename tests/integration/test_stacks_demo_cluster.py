@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pwd
 import re
 import shutil
@@ -178,20 +177,6 @@ until grep -q "/job_$SLURM_JOB_ID\\$" /proc/self/cgroup || [ $i -ge 300 ]; do
 done
 exec {python} {dir}/{name}.py {args}
 """
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> Iterator[None]:
-    """The running cluster: started or updated as ``conftest.cluster`` does, unless
-    ``SLURM_GPU_TC_NO_START=1`` asks to use it as it runs (never start or restart it)."""
-    if os.environ.get("SLURM_GPU_TC_NO_START") != "1":
-        try:
-            slurmtools.ensure_cluster()
-        except (slurmtools.ClusterError, OSError) as exc:
-            pytest.fail(f"the local Slurm test cluster is not usable: {exc}", pytrace=False)
-    if not slurmtools.controller_up():
-        pytest.fail("the local Slurm test cluster does not answer", pytrace=False)
-    yield
 
 
 @dataclass(frozen=True)
