@@ -9,7 +9,7 @@ request's style is read from the command line the job was submitted with (sacct'
 ``gres/gpu:<type>`` there only when the user asked for one: AllocTRES names the type of every
 GPU given, asked for or not). Options written as ``#SBATCH`` lines of the batch script are not
 on the submit line: where it says nothing of a resource, the style is unknown and the usual
-form is used (``--gres`` on one node, ``--gpus`` on several, ``--cpus-per-gpu``, ``--mem``).
+form is used (``--gres`` on one node, ``--gpus`` on several, ``--cpus-per-task``, ``--mem``).
 """
 
 from __future__ import annotations
@@ -226,9 +226,11 @@ def tasks_per_node(req: Request, gpus_per_node: int, nnodes: int) -> int:
 
 def cpu_line(req: Request, cores_per_node: int, gpus_per_node: int, nnodes: int) -> tuple[str, int]:
     """(``#SBATCH`` line, its value) giving a node at least ``cores_per_node`` cores with
-    ``gpus_per_node`` GPUs on it, in the job's form: per task where it asked per task, else per
-    GPU (per task for a job without GPUs)."""
-    if req.cpu_form == CPUS_PER_TASK or not gpus_per_node:
+    ``gpus_per_node`` GPUs on it, in the job's form: per GPU where it asked per GPU, else per
+    task. A job whose submit line names no CPU option may name one in its batch script, which
+    accounting does not keep: ``--cpus-per-task`` is the common form there, and a
+    ``--cpus-per-gpu`` line beside it would make sbatch refuse the script."""
+    if req.cpu_form != CPUS_PER_GPU or not gpus_per_node:
         tasks = tasks_per_node(req, gpus_per_node, nnodes)
         value = max(1, math.ceil(cores_per_node / tasks))
         return f"#SBATCH --cpus-per-task={value}", value

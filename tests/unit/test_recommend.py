@@ -79,7 +79,8 @@ def test_memory_and_cpus_down_to_peak_plus_headroom() -> None:
     mem = rec(a, Option.MEMORY)
     assert mem.sbatch_lines == ("#SBATCH --mem=7G",)  # 5 GiB × 1.25 → 6.25 → 7 GiB
     cpu = rec(a, Option.CPUS_PER_GPU)
-    assert cpu.sbatch_lines == ("#SBATCH --cpus-per-gpu=4",)  # 3.2 cores × 1.25 → 4
+    # No CPU option on the submit line: per task, the common form (the script may set it).
+    assert cpu.sbatch_lines == ("#SBATCH --cpus-per-task=4",)  # 3.2 cores × 1.25 → 4
 
 
 def test_no_cpu_reduction_without_an_observed_peak() -> None:
@@ -92,7 +93,7 @@ def test_more_cpus_for_a_dataloader_bound_job() -> None:
     tl = timeline([25.0] * 10, [1.9] * 10)
     n = node([gpu(duty=25.0)], tl=tl, host_summary=host(cores=2, busy_frac=0.95))
     a = analyze(job(cpus=2), [n], S)
-    assert rec(a, Option.CPUS_PER_GPU).sbatch_lines == ("#SBATCH --cpus-per-gpu=4",)
+    assert rec(a, Option.CPUS_PER_GPU).sbatch_lines == ("#SBATCH --cpus-per-task=4",)
 
 
 def test_host_oom_asks_for_more_memory() -> None:
