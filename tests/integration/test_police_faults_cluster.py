@@ -11,8 +11,8 @@ checkout), with the cluster's configuration plus test-sized windows and its own 
 mails written to a directory. Pointing ``SLURM_GPU_POLICE_CODE`` at an older checkout shows
 which of these the old policy failed.
 
-Run through the cluster lock, e.g. ``flock /work/cluster.lock env SLURM_GPU_TC_NO_START=1
-VENV=/work/main/.venv PYTHONPATH=$PWD python -m pytest tests/integration/<this file>``.
+On a running cluster, without restarting it: ``SLURM_GPU_TC_NO_START=1 .venv/bin/pytest
+tests/integration/test_police_faults_cluster.py`` (``conftest.cluster``).
 """
 
 from __future__ import annotations

@@ -13,11 +13,9 @@ headroom. The check itself is ``tests/request_styles.py``, shared with the versi
 ``tests/lab/test_lab_request_style.py`` (24.11, 26.05).
 
 Runs only ``sbatch --test-only`` (no job starts) and reads nothing of the cluster's own hooks.
-Run it alone, under the cluster lock, without the directory's conftest (which, as root, would
-run the cluster's start script):
+On a running cluster, without restarting it:
 
-    flock /work/cluster.lock env PYTHONPATH=$PWD .venv/bin/python -m pytest -p no:cacheprovider \\
-        --noconftest -q tests/integration/test_request_style_cluster.py
+    SLURM_GPU_TC_NO_START=1 .venv/bin/pytest -q tests/integration/test_request_style_cluster.py
 """
 
 from __future__ import annotations
