@@ -43,17 +43,23 @@ CMDLINE_MARKER = "slurm_gpu.hooks.sampler"
 LEGACY_CMDLINE_MARKERS = ("slurm_gpu.sampler",)
 
 
-def is_our_sampler(pid: int, start_ticks: int | None, job_id: str) -> bool:
+def is_our_sampler(
+    pid: int, start_ticks: int | None, job_id: str, hostname: str | None = None
+) -> bool:
     """Whether ``pid`` still is this job's sampler (pids get reused): same start time as
-    recorded, and a command line naming the sampler and this job id."""
+    recorded, and a command line naming the sampler and this job id (and, with
+    ``hostname``, this node: see ``_names_job_sampler``)."""
     if start_ticks is not None and process_start_ticks(pid) != start_ticks:
         return False
-    return _names_job_sampler(read_cmdline(pid), job_id)
+    return _names_job_sampler(read_cmdline(pid), job_id, hostname)
 
 
-def find_job_samplers(job_id: str, proc_root: str = "/proc") -> list[tuple[int, int | None]]:
+def find_job_samplers(
+    job_id: str, hostname: str | None = None, proc_root: str = "/proc"
+) -> list[tuple[int, int | None]]:
     """Every running sampler of ``job_id`` on this node, oldest first, as (pid, start
-    ticks): root's processes whose command line names the sampler and ``--job-id <job_id>``.
+    ticks): root's processes whose command line names the sampler and ``--job-id <job_id>``
+    (and, with ``hostname``, this node name).
     A repeated prolog once left one that no pid file named; the epilog stops them all. Lists
     /proc once (a few ms); only root-owned processes have their command line read."""
     try:
@@ -71,17 +77,28 @@ def find_job_samplers(job_id: str, proc_root: str = "/proc") -> list[tuple[int, 
                 continue
         except OSError:
             continue
-        if _names_job_sampler(read_cmdline(pid, proc_root), job_id):
+        if _names_job_sampler(read_cmdline(pid, proc_root), job_id, hostname):
             found.append((pid, process_start_ticks(pid, proc_root)))
     found.sort(key=lambda s: (s[1] is None, s[1] or 0, s[0]))
     return found
 
 
-def _names_job_sampler(argv: list[str], job_id: str) -> bool:
+def _names_job_sampler(argv: list[str], job_id: str, hostname: str | None = None) -> bool:
+    """Whether ``argv`` is a sampler of ``job_id``; with ``hostname``, of that node name too.
+    Several slurmd on one host (``--enable-multiple-slurmd``, the version lab) share one
+    /proc, and a job on two of them has a sampler per node name there: each node's hooks
+    keep to their own. A sampler whose command line names no node (started by an older
+    release) is taken for this node's."""
     markers = (CMDLINE_MARKER, *LEGACY_CMDLINE_MARKERS)
     if not any(m in a for a in argv for m in markers):
         return False
-    return any(a == "--job-id" and b == job_id for a, b in itertools.pairwise(argv))
+    pairs = list(itertools.pairwise(argv))
+    if not any(a == "--job-id" and b == job_id for a, b in pairs):
+        return False
+    if hostname is None:
+        return True
+    named = [b for a, b in pairs if a == "--hostname"]
+    return not named or named[-1] == hostname
 
 
 def _pidfd(pid: int) -> int | None:
@@ -123,19 +140,20 @@ def wait_gone(pid: int, timeout_s: float, clock: Callable[[], float] = time.mono
 def stop_sampler(
     paths: JobSpool,
     timeout_s: float,
-    find: Callable[[str], list[tuple[int, int | None]]] = find_job_samplers,
+    find: Callable[[str, str], list[tuple[int, int | None]]] = find_job_samplers,
 ) -> str:
     """Stop every sampler of the job: the one the pid file names (else the oldest found)
     with SIGTERM, so that it seals, and any other (a repeated prolog's) with SIGKILL first,
     so that only one writes the record. Returns ``stopped``, ``killed``, ``not_running`` or
     ``no_pidfile`` (of the sampler asked to seal)."""
     found = read_pidfile(paths.pid)
-    primary = found if found is not None and is_our_sampler(*found, paths.job_id) else None
-    others = [s for s in find(paths.job_id) if primary is None or s[0] != primary[0]]
+    job, host = paths.job_id, paths.hostname
+    primary = found if found is not None and is_our_sampler(*found, job, host) else None
+    others = [s for s in find(job, host) if primary is None or s[0] != primary[0]]
     if primary is None and others:
         primary, others = others[0], others[1:]
     for pid, start in others:
-        if is_our_sampler(pid, start, paths.job_id):
+        if is_our_sampler(pid, start, job, host):
             log.warning("another sampler %d of this job (a repeated prolog); killed", pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -150,7 +168,7 @@ def stop_sampler(
         return "not_running"
     if wait_gone(pid, timeout_s):
         return "stopped"
-    if is_our_sampler(pid, start, paths.job_id):
+    if is_our_sampler(pid, start, job, host):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         wait_gone(pid, 1.0)

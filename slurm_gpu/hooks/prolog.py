@@ -97,7 +97,7 @@ def reap_stale_owners(
 
 def keep_running_sampler(
     paths: JobSpool,
-    find: Callable[[str], list[tuple[int, int | None]]] | None = None,
+    find: Callable[[str, str], list[tuple[int, int | None]]] | None = None,
 ) -> str | None:
     """A prolog run again for the same job and node (a requeue on the same allocation, a
     slurmd retry) once started a second sampler and recorded it in place of the first, which
@@ -108,16 +108,15 @@ def keep_running_sampler(
     from slurm_gpu.hooks.epilog import find_job_samplers, is_our_sampler
 
     found = read_pidfile(paths.pid)
-    keep = found if found is not None and is_our_sampler(*found, paths.job_id) else None
-    others = [
-        s for s in (find or find_job_samplers)(paths.job_id) if keep is None or s[0] != keep[0]
-    ]
+    job, host = paths.job_id, paths.hostname
+    keep = found if found is not None and is_our_sampler(*found, job, host) else None
+    others = [s for s in (find or find_job_samplers)(job, host) if keep is None or s[0] != keep[0]]
     if keep is None and others:
         keep, others = others[0], others[1:]
     if keep is None:
         return None
     for pid, start in others:
-        if is_our_sampler(pid, start, paths.job_id):
+        if is_our_sampler(pid, start, job, host):
             log.warning("another sampler %d of this job was running; killed", pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from test_node_side import _job_id, _started, paths_of, run_hook
 
-from slurm_gpu.capture.spool import write_pidfile
+from slurm_gpu.capture.spool import JobSpool, read_record, write_pidfile
 from slurm_gpu.hooks.common import JobEnv, read_cmdline
 from slurm_gpu.hooks.epilog import find_job_samplers, wait_gone
 from slurm_gpu.hooks.prolog import sampler_command
@@ -164,3 +165,32 @@ def test_a_sampler_whose_slurmstepd_never_showed_ends_after_the_jobs_projected_e
     assert not bound.job_gone()
     now[0] = 2_000.0 + END_MARGIN_S + 1
     assert bound.job_gone()
+
+
+def test_epilog_leaves_the_same_jobs_sampler_of_another_node(site: dict[str, object]) -> None:
+    """Two slurmd on one host (the version lab's compute hosts, ``--enable-multiple-slurmd``)
+    see one /proc: a two-node job has a sampler per node name there. Each node's epilog
+    stops its own and leaves the other's to seal its own record (seen in CI: each epilog
+    killed the other node's sampler and both records were recovered, not sealed)."""
+    job = _job_id()
+    nodes = ("lab-n1", "lab-n2")
+    for node in nodes:
+        run_hook(site, "prolog", job, SLURM_JOB_GPUS="0", SLURMD_NODENAME=node)
+    spools = {n: JobSpool(f"{site['tmp']}/spool", job, n) for n in nodes}
+    try:
+        for node in nodes:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(spools[node].state):
+                assert time.monotonic() < deadline, f"{node}'s sampler never checkpointed"
+                time.sleep(0.05)
+        assert len(_pids(job)) == 2
+        first, second = nodes
+        run_hook(site, "epilog", job, SLURMD_NODENAME=first)
+        assert len(_pids(job)) == 1, "the epilog of one node stopped the other node's sampler"
+        run_hook(site, "epilog", job, SLURMD_NODENAME=second)
+        assert _pids(job) == []
+        for node in nodes:
+            record = read_record(spools[node].record)
+            assert record.complete, (node, record.notes)
+    finally:
+        _end(site, job)
