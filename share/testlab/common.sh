@@ -19,7 +19,7 @@ GPUS=4
 GPU_TYPE=a100
 # What a root needs from its suite's archive.
 ROOT_PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server libslurm-perl
-    libslurmdb-perl procps iproute2 python3 python3-venv ca-certificates)
+    libslurmdb-perl procps iproute2 python3 python3-venv ca-certificates sudo)
 # Where the project lives inside each root, installed as a site would.
 PROJECT_VENV=/opt/slurm-gpu
 REPORTSEFF_VENV=/opt/reportseff
