@@ -34,7 +34,7 @@ from slurm_gpu.prometheus.client import PrometheusClient, Sample
 from slurm_gpu.records import GpuWindow, PartWindow
 
 _JOB_ID = re.compile(r"[0-9]{1,20}")
-_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _UTIL = "slurm_gpu_gpu_utilization_ratio"
 _BUSY = "slurm_gpu_gpu_busy_seconds_total"
@@ -50,7 +50,7 @@ DETAIL_CHUNK = 500
 
 
 def _groups(target_label: str) -> tuple[str, str]:
-    if not _LABEL_NAME.match(target_label):
+    if not _LABEL_NAME.fullmatch(target_label):
         raise ValueError(f"not a label name: {target_label!r}")
     part = ", ".join(dict.fromkeys(("job_id", "host", "job", "instance", target_label)))
     return part, f"{part}, gpu_uuid"

@@ -858,3 +858,13 @@ def test_a_target_that_stopped_serving_a_job_is_no_data_not_a_second_source() ->
     }
     [p] = assemble(now_served, NOW, HOUR, "instance")
     assert p.sources == 1 and p.gpus[0].util_max_pct == 50.0
+
+
+def test_a_target_label_with_a_trailing_newline_is_refused() -> None:
+    """``re.match`` with ``$`` let ``"instance\\n"`` through into the PromQL ``by`` clause."""
+    from slurm_gpu.prometheus.windows import _groups
+
+    assert _groups("node")[0].endswith("node")
+    for bad in ("instance\n", "in stance", "1host", ""):
+        with pytest.raises(ValueError):
+            _groups(bad)
