@@ -563,6 +563,11 @@ class LiveGpu:
     power_w: float | None
     energy_j: float | None
     """Energy used since the job started, joules (a counter)."""
+    gpu_index: int | None = None
+    """The number Slurm names the GPU by on its node (``SLURM_JOB_GPUS``, and ``scontrol -d
+    show job``'s ``IDX`` where gres.conf lists ``/dev/nvidia0..N-1``): its minor number, or
+    the telemetry source's index where the source knows none; ``None``: not known (a MIG
+    slice)."""
 
 
 @dataclass(frozen=True, slots=True)
