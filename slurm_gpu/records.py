@@ -634,6 +634,10 @@ class GpuWindow:
     seen_age_s: float | None
     """Seconds since the reader last recorded this GPU's utilisation, by the reader's own
     clock (Prometheus: ``timestamp()``, its scrape time), never the node's."""
+    gpu_index: tuple[str, ...] = ()
+    """The ``gpu_index`` label values its series carry now (``LiveGpu.gpu_index``; ``""``: a
+    series without it): one number for a GPU bound to Slurm's allocation; none, several or
+    an unreadable one make its job a ``mismatch``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ Names follow Prometheus' conventions: ``slurm_gpu_`` prefix, the unit in the nam
 on counters, ``_timestamp_seconds`` on unix times. Every series carries the labels
 ``job_id``, ``user``, ``account``, ``partition`` and ``host``; GPU series add ``gpu_uuid``
 and, where it is known, ``gpu_index``: the number Slurm names the GPU by on this node (its
-device minor number, or the telemetry source's index where the source knows none). There is
-no label per reading, so a node exposes ``len(JOB_METRICS)`` series per job and
+device minor number, or the telemetry source's index where the source knows none), which
+``slurm-gpu police`` checks against the GPU indices Slurm allocated the job here. There is no
+label per reading, so a node exposes ``len(JOB_METRICS)`` series per job and
 ``len(GPU_METRICS)`` per GPU at most; a job's series disappear with its live summary
 (removed by the epilog, or left out once stale). Label values were cleaned where they were
 read (``live.snapshot``) and are escaped here as the format requires.
