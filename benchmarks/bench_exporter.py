@@ -49,7 +49,10 @@ class _Source:
         self.uuids, self.clock = uuids, clock
 
     def list_gpus(self) -> Sequence[GpuInfo]:
-        return [GpuInfo(uuid=u, memory_total_bytes=80 << 30) for u in self.uuids]
+        return [
+            GpuInfo(uuid=u, minor_number=i, memory_total_bytes=80 << 30)
+            for i, u in enumerate(self.uuids)
+        ]
 
     def sample(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
         t = self.clock[0]
@@ -185,11 +188,12 @@ def _families(snap: NodeSnapshot) -> Iterator[Any]:
         fam = cls(
             metric.name.removesuffix("_total") if counter else metric.name,
             metric.help,
-            labels=[*names, "gpu_uuid"] if gpu else names,
+            labels=[*names, "gpu_uuid", "gpu_index"] if gpu else names,
         )
         for j in snap.jobs:
             job = [j.job_id, j.user, j.account, j.partition, j.host]
-            for obj, values in ((g, [*job, g.uuid]) for g in j.gpus) if gpu else [(j, job)]:
+            gpus = ((g, [*job, g.uuid, str(g.gpu_index)]) for g in j.gpus)
+            for obj, values in gpus if gpu else [(j, job)]:
                 v = metric.value(obj)
                 if v is not None:
                     fam.add_metric(values, v)

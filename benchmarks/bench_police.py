@@ -4,7 +4,7 @@ The exporter's series for the jobs (``gen_live_openmetrics.py``: 2 GPUs each, on
 hundred with never-used GPUs) are loaded with ``promtool tsdb create-blocks-from openmetrics``
 into a throwaway Prometheus on loopback. Measured: ``prometheus.livejobs.live_jobs`` (the
 view's two instant queries and building the jobs), ``prometheus.windows.read_windows`` (the
-policy's eight window queries), and whole ``live.police.run_pass`` passes (the evidence,
+policy's window queries), and whole ``live.police.run_pass`` passes (the evidence,
 squeue and ``scontrol -d show job`` through the command-runner seam answering all 10,000
 jobs, the store's past actions in SQLite, decisions, the warnings written by ``DirMailer``,
 every action recorded), ``--passes`` of them in a row, with the process' resident memory

@@ -8,7 +8,8 @@ last-sample time two (1.5 and 0.5 minutes before: its value advances), other gau
 minutes before), so that an instant query at ``--now`` sees every series, ``increase(...[15m])``
 has two points and the live policy's window queries over 15 minutes see the whole window.
 Series carry ``instance="<host>:9817"`` and ``job="slurm-gpu"``, as Prometheus attaches them
-when it scrapes the node's exporter.
+when it scrapes the node's exporter; GPU series their ``gpu_index`` 0..N-1, the GPU indices
+the benchmark's Slurm allocates each job on its node.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def write(out: TextIO, jobs: int, gpus: int, idle_every: int, now: float) -> Non
             (f"{{{base}}} {t_new - 60} {t_new - 60}", f"{{{base}}} {t_new} {t_new}")
         )
         for g in range(gpus):
-            lb = f'{base},gpu_uuid="GPU-{j:06d}-{g:02d}"'
+            lb = f'{base},gpu_uuid="GPU-{j:06d}-{g:02d}",gpu_index="{g}"'
             duty = 0.0 if idle else 0.85
             for name, old, new in (
                 (GPU_COUNTERS[0], sampled_old * duty, sampled_new * duty),
@@ -54,6 +55,7 @@ def write(out: TextIO, jobs: int, gpus: int, idle_every: int, now: float) -> Non
                 rows.setdefault(name, []).append(f"{{{lb}}} {old} {t_old}")
                 rows[name].append(f"{{{lb}}} {new} {t_new}")
             gauges = {
+                "slurm_gpu_gpu_available": 1,
                 "slurm_gpu_gpu_utilization_ratio": duty,
                 "slurm_gpu_gpu_memory_used_bytes": 0 if idle else 30 << 30,
                 "slurm_gpu_gpu_memory_total_bytes": 80 << 30,

@@ -645,16 +645,25 @@ def _scrape_block(config_yaml: str, job_name: str) -> list[str] | None:
     return None
 
 
+def _promql_string(value: str) -> str:
+    """``value`` as a double-quoted PromQL string literal."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
 def check_live_identity(
     read_config: Callable[[], str],
     query: Callable[[str], list[Sample]],
     scrape_job: str,
     target_label: str,
+    bind_gpus: str = "index",
 ) -> Check:
     """Whether Prometheus keeps the exporters' series bound to the node they came from, as
     ``slurm-gpu police`` needs (``docs/live.md``, "The policy's guarantees"): the exporters'
-    scrape job has ``honor_labels`` off (else any target can claim any node and job), and
-    every last-sample series' ``host`` is the host of its ``target_label``."""
+    scrape job has ``honor_labels`` off (else any target can claim any node and job), every
+    last-sample series' ``host`` is the host of its ``target_label``, and (``bind_gpus`` =
+    ``index``) every GPU series names its GPU's number (``gpu_index``: police finds every
+    job of a host whose series carry none a ``mismatch``)."""
     if not _LABEL_NAME.match(target_label):
         return Check(
             "identity",
@@ -693,6 +702,19 @@ def check_live_identity(
             f"{len(wrong)} host(s) whose series do not come from a target of that host "
             f"(police ignores them): {', '.join(wrong[:5])}"
         )
+    if bind_gpus == "index":
+        job = f"job={_promql_string(scrape_job)}," if scrape_job else ""
+        try:
+            unnumbered = query(f'count by (host) (slurm_gpu_gpu_available{{{job}gpu_index=""}})')
+        except SlurmGpuError as exc:
+            return Check("identity", Status.WARN, str(exc), "check [live] prometheus_url")
+        hosts = sorted({s.labels.get("host", "?") for s in unnumbered})
+        if hosts:
+            notes.append(
+                f"{len(hosts)} host(s) whose GPU series carry no gpu_index (police finds their "
+                f"jobs a mismatch and never acts on them): {', '.join(hosts[:5])}; upgrade "
+                'their exporter, or for MIG slices set [live] police_bind_gpus = "count"'
+            )
     if problems:
         return Check(
             "identity",
@@ -703,7 +725,12 @@ def check_live_identity(
             "prometheus.example.yml)",
         )
     if notes:
-        return Check("identity", Status.WARN, "; ".join(notes), "check [live] police_scrape_job")
+        return Check(
+            "identity",
+            Status.WARN,
+            "; ".join(notes),
+            "check [live] police_scrape_job and the nodes' slurm-gpu exporter",
+        )
     return Check(
         "identity",
         Status.OK,

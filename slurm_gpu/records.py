@@ -563,6 +563,11 @@ class LiveGpu:
     power_w: float | None
     energy_j: float | None
     """Energy used since the job started, joules (a counter)."""
+    gpu_index: int | None = None
+    """The number Slurm names the GPU by on its node (``SLURM_JOB_GPUS``, and ``scontrol -d
+    show job``'s ``IDX`` where gres.conf lists ``/dev/nvidia0..N-1``): its minor number, or
+    the telemetry source's index where the source knows none; ``None``: not known (a MIG
+    slice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,6 +634,10 @@ class GpuWindow:
     seen_age_s: float | None
     """Seconds since the reader last recorded this GPU's utilisation, by the reader's own
     clock (Prometheus: ``timestamp()``, its scrape time), never the node's."""
+    gpu_index: tuple[str, ...] = ()
+    """The ``gpu_index`` label values its series carry now (``LiveGpu.gpu_index``; ``""``: a
+    series without it): one number for a GPU bound to Slurm's allocation; none, several or
+    an unreadable one make its job a ``mismatch``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from slurm_gpu.capture.spool import (
     write_state,
 )
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, StackSummary
-from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.telemetry.base import TelemetrySource, slurm_gpu_index
 
 # The logger keeps its name from before the capture package: sites filter logs by it.
 log = logging.getLogger("slurm_gpu.sampler")
@@ -229,6 +229,11 @@ class Sampler:
             if uuid not in infos:
                 self._note(f"gpu_unknown:{uuid}")
             gpus.append(infos.get(uuid, GpuInfo(uuid=uuid)))
+        # The number Slurm names each GPU by on this node, by the prolog's own rule (from
+        # every GPU the source lists): the live summary's gpu_index, which slurm-gpu police
+        # checks against Slurm's allocation. None: not known (a MIG slice, no GPU list).
+        listed = list(infos.values())
+        self._gpu_index: dict[str, int | None] = {g.uuid: slurm_gpu_index(g, listed) for g in gpus}
         return NodeAggregator(
             job_id=self.opts.job_id,
             hostname=self.opts.hostname,
@@ -345,6 +350,7 @@ class Sampler:
                     # by model (not Slurm's gres type) and by /dev/nvidiaN, as when it ended.
                     "name": acc.info.name,
                     "minor_number": acc.info.minor_number,
+                    "gpu_index": self._gpu_index.get(acc.info.uuid),
                     "available": s.available,
                     "utilization_pct": s.utilization_pct,
                     "memory_used_bytes": s.memory_used_bytes,

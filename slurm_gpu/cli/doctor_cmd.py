@@ -95,7 +95,11 @@ def _live_identity(settings: object) -> doctor.Check:
         return doctor.Check("identity", doctor.Status.OK, "no Prometheus: this node's files")
     client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
     return doctor.check_live_identity(
-        client.status_config, client.query, live.police_scrape_job, live.police_target_label
+        client.status_config,
+        client.query,
+        live.police_scrape_job,
+        live.police_target_label,
+        live.police_bind_gpus,
     )
 
 

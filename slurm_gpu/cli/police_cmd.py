@@ -70,6 +70,7 @@ def cli(
         coverage_min=live.police_coverage_min,
         idle_threshold_pct=settings.telemetry.idle_threshold_pct,
         scrape_job=live.police_scrape_job if live.prometheus_url else "",
+        bind_gpus=live.police_bind_gpus,
         user_interval_s=live.police_user_interval_s,
         dry_run=dry_run or live.police_dry_run,
         cancel=live.police_cancel,

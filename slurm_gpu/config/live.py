@@ -69,6 +69,13 @@ class LiveSettings:
         "Prometheus job name of the exporters' scrape; series of another job are ignored by "
         "slurm-gpu police (empty: any).",
     )
+    police_bind_gpus: str = setting(
+        "index",
+        "index: slurm-gpu police acts on a job only where the GPU numbers its series name on a "
+        "node (gpu_index) are the GPU indices Slurm allocated it there; count: only as many "
+        "(for MIG slices, or gres.conf files not in /dev/nvidiaN order).",
+        choices=("index", "count"),
+    )
     police_coverage_min: float = setting(
         0.9,
         "slurm-gpu police judges a GPU only if readings cover this share of its job's time.",

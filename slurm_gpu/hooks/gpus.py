@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_gpu.records import GpuInfo
+from slurm_gpu.telemetry.base import slurm_gpu_index
 
 #: Values Slurm writes when a job has no GPU on this node.
 _NO_GPU = {"", "nodevfiles", "none", "void", "n/a"}
@@ -51,15 +52,11 @@ def _by_ordinal(token: str, gpus: Sequence[GpuInfo]) -> str | None:
         return None
     if n < 0:
         return None
-    whole = [g for g in gpus if g.parent_uuid is None]
-    for g in whole:
-        if g.minor_number == n:
+    # The minor number, or the source's index where no minor number is known: the one rule
+    # the sampler publishes as the GPU's number (the exporter's gpu_index label).
+    for g in gpus:
+        if slurm_gpu_index(g, gpus) == n:
             return g.uuid
-    # No minor numbers known (or none matches): fall back to the source's index.
-    if all(g.minor_number is None for g in whole):
-        for g in whole:
-            if g.index == n:
-                return g.uuid
     return None
 
 

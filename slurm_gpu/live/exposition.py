@@ -3,8 +3,11 @@
 Names follow Prometheus' conventions: ``slurm_gpu_`` prefix, the unit in the name
 (``_seconds``, ``_bytes``, ``_watts``, ``_joules``, ``_ratio`` for 0-1 fractions), ``_total``
 on counters, ``_timestamp_seconds`` on unix times. Every series carries the labels
-``job_id``, ``user``, ``account``, ``partition`` and ``host``; GPU series add ``gpu_uuid``.
-There is no label per reading, so a node exposes ``len(JOB_METRICS)`` series per job and
+``job_id``, ``user``, ``account``, ``partition`` and ``host``; GPU series add ``gpu_uuid``
+and, where it is known, ``gpu_index``: the number Slurm names the GPU by on this node (its
+device minor number, or the telemetry source's index where the source knows none), which
+``slurm-gpu police`` checks against the GPU indices Slurm allocated the job here. There is no
+label per reading, so a node exposes ``len(JOB_METRICS)`` series per job and
 ``len(GPU_METRICS)`` per GPU at most; a job's series disappear with its live summary
 (removed by the epilog, or left out once stale). Label values were cleaned where they were
 read (``live.snapshot``) and are escaped here as the format requires.
@@ -190,6 +193,13 @@ def job_labels(job: LiveJob) -> str:
     )
 
 
+def gpu_labels(job: str, gpu: LiveGpu) -> str:
+    """A GPU series' labels: its job's (``job_labels``), ``gpu_uuid`` and, where known,
+    ``gpu_index`` (a whole number, ``live.snapshot``)."""
+    labels = f'{job},gpu_uuid="{escape_label_value(gpu.uuid)}"'
+    return labels if gpu.gpu_index is None else f'{labels},gpu_index="{gpu.gpu_index:d}"'
+
+
 def _family(metric: Metric, rows: Iterable[tuple[str, Any]]) -> list[str]:
     lines = [f"# HELP {metric.name} {_help(metric.help)}", f"# TYPE {metric.name} {metric.type}"]
     name, get = metric.name, metric.value
@@ -207,7 +217,7 @@ def render(snapshot: NodeSnapshot) -> str:
     job_rows = [(job_labels(j), j) for j in jobs]
     gpu_rows: list[tuple[str, LiveGpu]] = []
     for labels, j in job_rows:
-        gpu_rows.extend((f'{labels},gpu_uuid="{escape_label_value(g.uuid)}"', g) for g in j.gpus)
+        gpu_rows.extend((gpu_labels(labels, g), g) for g in j.gpus)
     lines: list[str] = []
     for metric in JOB_METRICS:
         lines += _family(metric, job_rows)

@@ -6,6 +6,8 @@ clock is the reader's clock and the files' identity is their path (root's, check
 at sampling resolution, at or below the threshold since ``idle_since``) stands for the
 utilisation maximum, and its counters over the summary's recent window (5 minutes) for the
 busy-seconds confirmation. Freshness is the file's last reading against this host's clock.
+Each GPU's number (``gpu_index``) is the file's, checked against Slurm's allocation as the
+exporter's label is.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def _gpu(g: LiveGpu, age_s: float, now_s: float, window_s: float, interval_s: fl
         busy_s=g.busy_s,
         sampled_s=g.sampled_s,
         seen_age_s=age_s,
+        gpu_index=() if g.gpu_index is None else (str(g.gpu_index),),
     )
 
 

@@ -8,7 +8,8 @@ and, if not, why (``docs/live.md``, "What the policy never acts on").
 
 Safety first, in this order: a job is never acted on when Slurm's detail of it contradicts
 itself; when a series of the job does not come from the node it names, or names GPUs Slurm did
-not allocate it there (``mismatch``); when a node of the job sends nothing (``no_data``,
+not allocate it there: other GPU numbers (``gpu_index``) than Slurm's indices on that node,
+or another number of GPUs (``mismatch``); when a node of the job sends nothing (``no_data``,
 ``partial``); when a node's series were not scraped within ``max_sample_age_s`` by
 Prometheus' clock or its readings stopped advancing (``stale``); during ``grace_s`` from
 Slurm's start time (``grace``); and when a GPU's signals are missing or disagree
@@ -59,6 +60,9 @@ class PolicyConfig:
     """``telemetry.idle_threshold_pct``: at or below, a duty cycle is idle."""
     scrape_job: str = "slurm-gpu"
     """Prometheus' ``job`` label of the exporters' scrape; "" accepts any."""
+    bind_gpus: str = "index"
+    """``index``: the ``gpu_index`` numbers of a job's GPU series on a node must be the GPU
+    indices Slurm allocated it there; ``count``: only as many (``police_bind_gpus``)."""
     user_interval_s: float = 3600.0
     dry_run: bool = False
     cancel: bool = False
@@ -188,11 +192,52 @@ def _mismatch(
             return f"series from {p.host}, where Slurm allocated the job no GPU"
         if len(p.gpus) != len(allocated):
             return f"{len(p.gpus)} GPU series on {p.host}; Slurm allocated {len(allocated)}"
+        if cfg.bind_gpus != "count":
+            why = _unbound(p, allocated)
+            if why:
+                return why
         for g in p.gpus:
             others = claims.get((p.host, g.uuid), set()) - {sj.job_id}
             if others:
                 return f"{g.uuid} on {p.host} is claimed by job(s) {', '.join(sorted(others))}"
     return ""
+
+
+def _unbound(p: PartWindow, allocated: Sequence[int]) -> str:
+    """Why the GPUs of ``p``'s series are not the GPUs Slurm allocated there ("" when they
+    are): each names one number (``gpu_index``), and these are Slurm's indices."""
+    named: list[int] = []
+    for g in p.gpus:
+        values = set(g.gpu_index)
+        if not values or values == {""}:
+            return (
+                f"{g.uuid} on {p.host}: its series carry no gpu_index, so which GPU they describe "
+                "is not known (an exporter from before the label: upgrade it; MIG slices have "
+                'none: [live] police_bind_gpus = "count")'
+            )
+        if len(values) > 1:
+            names = " and ".join(f"GPU {v}" if v else "no GPU" for v in sorted(values, key=_order))
+            return f"{g.uuid} on {p.host} is named {names} at once"
+        [value] = values
+        if not (value.isascii() and value.isdigit() and len(value) <= 9):
+            return f"{g.uuid} on {p.host}: unreadable gpu_index"
+        named.append(int(value))
+    if sorted(named) != sorted(allocated):
+        return (
+            f"series on {p.host} name GPU(s) {_ids(named)}; Slurm allocated the job "
+            f"{_ids(allocated)} there"
+        )
+    return ""
+
+
+def _order(value: str) -> tuple[int, int, str]:
+    # Numbers first, by value, then anything else ("": no label).
+    digits = value.isascii() and value.isdigit() and len(value) <= 9
+    return (0, int(value), "") if digits else (1, 0, value)
+
+
+def _ids(numbers: Sequence[int]) -> str:
+    return ", ".join(str(n) for n in sorted(numbers))
 
 
 def _data_problem(

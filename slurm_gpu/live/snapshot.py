@@ -51,6 +51,15 @@ def _int(value: Any) -> int | None:
     return None if f is None or f < 0 else int(f)
 
 
+#: Largest GPU number kept (Slurm's GPU indices and device minor numbers are small).
+MAX_GPU_INDEX = 65535
+
+
+def _index(value: Any) -> int | None:
+    """A GPU's number: a JSON whole number 0..``MAX_GPU_INDEX``; ``None`` for anything else."""
+    return value if type(value) is int and 0 <= value <= MAX_GPU_INDEX else None
+
+
 def _text(value: Any, default: str = "") -> str:
     return clean_user_text(value, MAX_LABEL_LEN) if isinstance(value, str) else default
 
@@ -75,6 +84,9 @@ def _gpu(d: Any) -> LiveGpu | None:
         _int(get("memory_used_max_bytes")),
         _num(get("power_w")),
         _num(get("energy_j")),
+        # A sampler from before gpu_index matched SLURM_JOB_GPUS by the minor number, which
+        # both sources (NVML, virtual) know for every whole GPU.
+        _index(get("gpu_index") if "gpu_index" in d else get("minor_number")),
     )
 
 

@@ -27,7 +27,13 @@ from pathlib import Path
 from slurm_gpu.capture.spool import Reading, decode_reading, read_header
 from slurm_gpu.capture.spoolpaths import JobSpool
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS, escape_label_value, job_labels
+from slurm_gpu.live.exposition import (
+    GPU_METRICS,
+    JOB_METRICS,
+    escape_label_value,
+    gpu_labels,
+    job_labels,
+)
 from slurm_gpu.live.snapshot import read_node
 from slurm_gpu.records import LiveJob
 
@@ -62,7 +68,7 @@ def own_rows(jobs: Sequence[LiveJob]) -> list[Row]:
             if v is not None:
                 out.append(Row(m.name, m.type, labels, float(v)))
         for g in job.gpus:
-            gl = f'{labels},gpu_uuid="{escape_label_value(g.uuid)}"'
+            gl = gpu_labels(labels, g)
             for m in GPU_METRICS:
                 v = m.value(g)
                 if v is not None:

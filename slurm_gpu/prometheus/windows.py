@@ -12,7 +12,11 @@ cannot make a busy GPU look idle:
   (freshness by Prometheus' clock), and ``changes()`` of the last-sample series over the
   freshness bound (the node's readings advance: frozen data are told apart);
 - the instant series for the since-start counters, ``first_active`` and the node's times (skew,
-  shown only; the node's start-to-last-reading span, a difference of its own times).
+  shown only; the node's start-to-last-reading span, a difference of its own times);
+- each GPU's ``gpu_index`` label now (an instant query of ``slurm_gpu_gpu_available``, which
+  every GPU series set has): the number Slurm names the GPU by on its node, which the policy
+  checks against Slurm's allocation. The window answers group without it, so a GPU's series
+  from before and after an exporter upgrade stay one GPU.
 
 A GPU above the threshold somewhere in the window is busy whatever else is said of it, so the
 second signal and the rest are read (``detail_queries``) only for the jobs with a GPU at or
@@ -42,6 +46,7 @@ _SAMPLED = "slurm_gpu_gpu_sampled_seconds_total"
 _LAST = "slurm_gpu_job_last_sample_timestamp_seconds"
 _START = "slurm_gpu_job_start_timestamp_seconds"
 _FIRST = "slurm_gpu_gpu_first_active_timestamp_seconds"
+_AVAILABLE = "slurm_gpu_gpu_available"
 
 
 #: Most job ids named in one detail query (a regular expression of alternatives, which
@@ -65,9 +70,9 @@ def window_queries(
 ) -> dict[str, str]:
     """The PromQL read for every running job (``window_s``: the policy's idle window;
     ``fresh_s``: the freshness bound): each job's last reading, its scrape time and whether
-    it advanced, and each GPU's utilisation maximum over the window. Answers keep only the
-    labels the policy reads. (``threshold_pct`` is not used here: the same signature as
-    ``detail_queries``.)"""
+    it advanced, each GPU's utilisation maximum over the window and its ``gpu_index`` now.
+    Answers keep only the labels the policy reads. (``threshold_pct`` is not used here: the
+    same signature as ``detail_queries``.)"""
     part, gpu = _groups(target_label)
     w, f = _range(window_s), _range(fresh_s)
     return {
@@ -75,6 +80,7 @@ def window_queries(
         "scraped": f"max by ({part}) (timestamp({_LAST}))",
         "changes": f"max by ({part}) (changes({_LAST}[{f}]))",
         "util_max": f"max by ({gpu}) (max_over_time({_UTIL}[{w}]))",
+        "gpu_index": f"max by ({gpu}, gpu_index) ({_AVAILABLE})",
     }
 
 
@@ -128,6 +134,7 @@ def same_host(target: str, host: str) -> bool:
 @dataclass(slots=True)
 class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
+    indices: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -184,7 +191,11 @@ def assemble(
             p.sources.add(source)
             uuid = s.labels.get("gpu_uuid", "")
             if uuid:
-                p.gpus.setdefault(uuid, _Gpu()).values[what] = s.value
+                g = p.gpus.setdefault(uuid, _Gpu())
+                if what == "gpu_index":
+                    g.indices.add(s.labels.get("gpu_index", ""))
+                else:
+                    g.values[what] = s.value
             else:
                 if what == "last":
                     p.user = p.user or s.labels.get("user", "")
@@ -208,13 +219,14 @@ def assemble(
                 advanced=None if changes is None else changes > 0,
                 skew_s=None if scraped is None or last is None else scraped - last,
                 span_s=p.values.get("span"),
-                gpus=tuple(_gpu(u, g.values, now_s, window_s) for u, g in sorted(p.gpus.items())),
+                gpus=tuple(_gpu(u, g, now_s, window_s) for u, g in sorted(p.gpus.items())),
             )
         )
     return out
 
 
-def _gpu(uuid: str, v: dict[str, float], now_s: float, window_s: float) -> GpuWindow:
+def _gpu(uuid: str, g: _Gpu, now_s: float, window_s: float) -> GpuWindow:
+    v = g.values
     util_max = v.get("util_max")
     scraped = v.get("util_scraped")
     return GpuWindow(
@@ -230,6 +242,7 @@ def _gpu(uuid: str, v: dict[str, float], now_s: float, window_s: float) -> GpuWi
         busy_s=v.get("busy_s"),
         sampled_s=v.get("sampled_s"),
         seen_age_s=None if scraped is None else max(0.0, now_s - scraped),
+        gpu_index=tuple(sorted(g.indices)),
     )
 
 

@@ -53,3 +53,18 @@ class TelemetrySource(Protocol):
     def close(self) -> None:
         """Release the library (idempotent)."""
         ...
+
+
+def slurm_gpu_index(gpu: GpuInfo, gpus: Sequence[GpuInfo]) -> int | None:
+    """The number Slurm names ``gpu`` by on this node, as the prolog reads ``SLURM_JOB_GPUS``
+    (``hooks.gpus``): its device minor number (the ``N`` of gres.conf ``File=/dev/nvidiaN``);
+    the source's index where the source knows no minor number of any whole GPU among
+    ``gpus`` (the node's GPUs, as ``list_gpus`` gives them); ``None`` for a MIG slice (it has
+    no device of its own) or where neither is known."""
+    if gpu.parent_uuid is not None:
+        return None
+    if gpu.minor_number is not None:
+        return gpu.minor_number
+    if all(g.minor_number is None for g in gpus if g.parent_uuid is None):
+        return gpu.index
+    return None

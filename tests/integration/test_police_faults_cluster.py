@@ -4,15 +4,17 @@ busy, stale, forged or misattributed job, and still acts on an idle one (issue 2
 Each test breaks one thing for real (Prometheus stopped and started again mid-idle and
 mid-busy; the node's exporter killed or hung with SIGSTOP; a job's sampler stopped so its
 series freeze while scrapes succeed; a forged target serving another user's job; an exporter
-whose timestamps are 5 minutes off; an idle array) and restores it in a ``finally`` before the
-test ends. The policy runs as a real ``slurm-gpu police --json`` pass (real ``squeue``,
-``scontrol``, ``scancel``), from the code at ``$SLURM_GPU_POLICE_CODE`` (default: this
-checkout), with the cluster's configuration plus test-sized windows and its own SQLite store,
-mails written to a directory. Pointing ``SLURM_GPU_POLICE_CODE`` at an older checkout shows
-which of these the old policy failed.
+whose timestamps are 5 minutes off; a job's series naming a GPU Slurm did not allocate it; an
+idle array) and restores it in a ``finally`` before the test ends. The policy runs as a real
+``slurm-gpu police --json`` pass (real ``squeue``, ``scontrol``, ``scancel``), from the code
+at ``$SLURM_GPU_POLICE_CODE`` (default: this checkout), with the cluster's configuration plus
+test-sized windows and its own SQLite store, mails written to a directory. Pointing
+``SLURM_GPU_POLICE_CODE`` at an older checkout shows which of these the old policy failed.
 
 On a running cluster, without restarting it: ``SLURM_GPU_TC_NO_START=1 .venv/bin/pytest
-tests/integration/test_police_faults_cluster.py`` (``conftest.cluster``).
+tests/integration/test_police_faults_cluster.py`` (``conftest.cluster``). The node's exporter
+must run code that publishes ``gpu_index`` (a cluster started from an older checkout keeps its
+exporter: restart it), or every job is a ``mismatch``.
 """
 
 from __future__ import annotations
@@ -455,20 +457,41 @@ def _start_of(job_id: str) -> float:
     return value
 
 
+def allocated_gpus(job_id: str) -> tuple[int, ...]:
+    """The GPU indices Slurm allocated the job on the node (``scontrol -d show job``)."""
+    from slurm_gpu.live.allocation import parse_gpu_detail
+
+    text = slurmtools.run_as(None, ["scontrol", "-d", "show", "job", job_id]).stdout
+    alloc, _ = parse_gpu_detail(text)
+    return alloc[job_id]["vm"]
+
+
+def published_gpu_index(job_id: str) -> set[str]:
+    """The ``gpu_index`` labels of the job's GPU series in Prometheus now ("": none)."""
+    return {
+        s.labels.get("gpu_index", "")
+        for s in prometheus().query("slurm_gpu_gpu_available")
+        if s.labels.get("job_id") == job_id
+    }
+
+
 FORGER = r"""
 import http.server, sys, time
 victim, user, account, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+index = sys.argv[5]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         now = time.time()
         # honor_labels is on for this scrape job in the running cluster: claim the node, the
-        # exporters' job name and the victim's labels; a GPU never used.
+        # exporters' job name and the victim's labels; a GPU never used, under the number of
+        # the GPU Slurm allocated the victim (so only where the series come from tells).
         base = (f'job_id="{victim}",user="{user}",account="{account}",partition="gpu",'
                 f'host="vm",node="vm",job="slurm-gpu"')
-        g = base + ',gpu_uuid="GPU-forged-0000"'
+        g = base + f',gpu_uuid="GPU-forged-0000",gpu_index="{index}"'
         body = "\n".join([
             f"slurm_gpu_job_start_timestamp_seconds{{{base}}} {start}",
             f"slurm_gpu_job_last_sample_timestamp_seconds{{{base}}} {now}",
+            f"slurm_gpu_gpu_available{{{g}}} 1",
             f"slurm_gpu_gpu_utilization_ratio{{{g}}} 0",
             f"slurm_gpu_gpu_busy_seconds_total{{{g}}} 0",
             f"slurm_gpu_gpu_sampled_seconds_total{{{g}}} {now - start}",
@@ -513,6 +536,7 @@ def test_a_forged_target_serving_another_users_job_is_a_mismatch_never_acted_on(
                     "biology",
                     # The victim's own start: its real GPU's readings then cover its time.
                     str(_start_of(victim)),
+                    str(allocated_gpus(victim)[0]),
                 ],
                 cwd="/",
             )
@@ -578,18 +602,29 @@ def test_idle_array_tasks_get_one_mail_per_user_and_pass(
 def skewed_exposition(job_id: str, shift_s: float) -> Iterator[None]:
     """On the shapes' port (scraped with ``honor_labels``), the job's own exporter series as
     a node whose clock is ``shift_s`` off, claiming the node and the exporters' job name."""
+    from slurm_gpu.live.testshapes import shifted
+
+    with own_exposition(job_id, lambda j: shifted(j, shift_s)):
+        yield
+
+
+@contextmanager
+def own_exposition(job_id: str, change: Callable[[Any], Any]) -> Iterator[None]:
+    """On the shapes' port (scraped with ``honor_labels``), the job's own exporter series
+    (its live summary at its newest reading) passed through ``change`` (a ``LiveJob`` to a
+    ``LiveJob``, read at each scrape), claiming the node and the exporters' job name."""
     import http.server
     import threading
 
     from slurm_gpu.live.snapshot import read_node
-    from slurm_gpu.live.testshapes import last_reading, own_text, shifted, with_last_reading
+    from slurm_gpu.live.testshapes import last_reading, own_text, with_last_reading
 
     spool = str(load_settings(str(slurmtools.slurm_gpu_config_path())).paths.spool_dir)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             jobs = [
-                shifted(with_last_reading(j, last_reading(spool, j.job_id, j.host)), shift_s)
+                change(with_last_reading(j, last_reading(spool, j.job_id, j.host)))
                 for j in read_node(spool, time.time(), 60.0).jobs
                 if j.job_id == job_id
             ]
@@ -647,4 +682,63 @@ def test_a_node_clock_5_minutes_off_is_shown_and_decides_nothing(
             assert unaccounted == 0, f"the running job was left out of {unaccounted} pass(es)"
     finally:
         config.unlink(missing_ok=True)
+        _cancel(job)
+
+
+def test_series_naming_a_gpu_slurm_did_not_allocate_are_a_mismatch_never_acted_on(
+    job_dir: Path, police_config: Path, mail_dir: Path
+) -> None:
+    """Issue 25, last point: the job's own idle series, from the node's own name and the
+    exporters' job, as many GPUs as Slurm allocated, but naming a GPU Slurm did not allocate
+    the job (``gpu_index``): only the GPU's number tells, and the policy acted on such series
+    before it read it. Served with the job's own number again, the job is judged and warned."""
+    import dataclasses
+
+    job = submit(job_dir, IDLE)
+    try:
+        wait_until(
+            "the job's series",
+            lambda: has_series("slurm_gpu_job_last_sample_timestamp_seconds", job),
+            timeout_s=60,
+        )
+        allocated = allocated_gpus(job)
+        # The node's own exporter names the GPU as Slurm does (gres.conf /dev/nvidia0-3).
+        assert published_gpu_index(job) == {str(i) for i in allocated}, allocated
+        other = next(i for i in range(4) if i not in allocated)
+        number = [other]
+
+        def renumbered(j: Any) -> Any:
+            gpus = tuple(dataclasses.replace(g, gpu_index=number[0]) for g in j.gpus)
+            return dataclasses.replace(j, gpus=gpus)
+
+        with hung(_pid("exporter")), stopped("test-shapes"), own_exposition(job, renumbered):
+            wait_until(
+                "the renumbered series in Prometheus",
+                lambda: published_gpu_index(job) == {str(other)},
+                timeout_s=60,
+            )
+            time.sleep(65)  # police_idle_s of idle readings under the other number
+            for _ in range(3):
+                rc, out = police(police_config, mail_dir)
+                assert rc == 0, out
+                assert acted(out, job) == [], f"acted on another GPU's number: {out}"
+                d = decision(out, job)
+                assert d is not None and d.get("status") == "mismatch", d
+                assert f"name GPU(s) {other}; Slurm allocated the job" in d.get("reason", ""), d
+                time.sleep(5)
+            number[0] = allocated[0]
+            wait_until(
+                "the job's own number in Prometheus again",
+                lambda: published_gpu_index(job) == {str(allocated[0])},
+                timeout_s=60,
+            )
+
+            def warned() -> bool:
+                rc, out = police(police_config, mail_dir)
+                assert rc == 0, out
+                return any(a["action"] == "warn" for a in acted(out, job))
+
+            wait_until("the job judged and warned under its own number", warned, timeout_s=120)
+        assert slurmtools.squeue_state(job) == "RUNNING"
+    finally:
         _cancel(job)

@@ -181,7 +181,8 @@ def test_doctor_fails_honor_labels_on_the_exporters_scrape_job() -> None:
     assert bad.status is doctor.Status.FAIL and "honor_labels: true" in bad.detail
     good = doctor.check_live_identity(
         lambda: PROM_CONFIG.format(honor="false"),
-        lambda q: [_series("gpu-01", "gpu-01.example.org:9817")],
+        # Every GPU series carries gpu_index: none answers the query for those without.
+        lambda q: [] if "gpu_index" in q else [_series("gpu-01", "gpu-01.example.org:9817")],
         "slurm-gpu",
         "instance",
     )
@@ -200,7 +201,8 @@ def test_doctor_fails_series_whose_host_is_not_their_target() -> None:
     )
     assert check.status is doctor.Status.FAIL and "gpu-02 via gpu-07:9817" in check.detail
     assert queries == [
-        "count by (host, job, instance) (slurm_gpu_job_last_sample_timestamp_seconds)"
+        "count by (host, job, instance) (slurm_gpu_job_last_sample_timestamp_seconds)",
+        'count by (host) (slurm_gpu_gpu_available{job="slurm-gpu",gpu_index=""})',
     ]
     odd = doctor.check_live_identity(lambda: "", query, "slurm-gpu", "inst ance")
     assert odd.status is doctor.Status.FAIL

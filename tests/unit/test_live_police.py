@@ -46,8 +46,10 @@ def gw(
     age_s: float = 4 * HOUR,
     seen_age_s: float | None = 2.0,
     reset: bool = False,
+    index: int = 0,
 ) -> GpuWindow:
-    """A GPU over the one-hour window; by default idle over all of it by both signals."""
+    """A GPU over the one-hour window; by default idle over all of it by both signals.
+    ``index``: the number its series name it by (``gpu_index``)."""
     return GpuWindow(
         uuid=uuid,
         util_max_pct=util_max,
@@ -60,11 +62,12 @@ def gw(
         busy_s=age_s / 2 if used else 0.0,
         sampled_s=age_s,
         seen_age_s=seen_age_s,
+        gpu_index=(str(index),),
     )
 
 
-def busy(uuid: str) -> GpuWindow:
-    return gw(uuid, util_max=93.0, busy_growth=0.93 * HOUR)
+def busy(uuid: str, index: int = 0) -> GpuWindow:
+    return gw(uuid, util_max=93.0, busy_growth=0.93 * HOUR, index=index)
 
 
 def pw(
@@ -121,7 +124,7 @@ def sj(
     )
 
 
-IDLE = [gw("GPU-a"), busy("GPU-b")]
+IDLE = [gw("GPU-a"), busy("GPU-b", index=1)]
 NEVER = [gw("GPU-c", used=False)]
 HEALTHY = [busy("GPU-d")]
 
@@ -173,6 +176,7 @@ def test_a_busy_gpu_after_a_prometheus_restart_is_never_idle() -> None:
         # other figures are read only for GPUs at or below the threshold (none here), and the
         # idle_since that lingers after the restart is read by no rule.
         "util_max": [Sample(_labels("", "GPU-a"), 0.93)],
+        "gpu_index": [Sample({**_labels("", "GPU-a"), "gpu_index": "0"}, 1.0)],
     }
     parts = assemble(answers, NOW, HOUR, "instance")
     [p] = parts
@@ -343,11 +347,13 @@ def test_an_idle_gpu_is_read_whole_from_the_window_answers() -> None:
         "resets": [Sample(gpu, 0.0)],
         "busy_s": [Sample(gpu, 0.0)],
         "sampled_s": [Sample(gpu, 4 * HOUR)],
+        "gpu_index": [Sample({**gpu, "gpu_index": "0"}, 1.0)],
     }
     [p] = assemble(answers, NOW, HOUR, "instance")
     assert p.user == "alice" and p.skew_s == pytest.approx(1.0) and p.span_s == 4 * HOUR
     [g] = p.gpus
     assert g.ever_used is False and g.seen_age_s == 2.0 and g.window_s == HOUR
+    assert g.gpu_index == ("0",)
     out = decide([p], {"1": sj("1")}, [], PolicyConfig(), NOW)
     assert acts(out) == {("1", "never_used"): "warn"}
     # Without the "first_active" answer it was never used; with it, the rule is "idle".
@@ -451,10 +457,12 @@ def test_this_nodes_live_files_give_windows_from_the_samplers_own_signals() -> N
         None,
         None,
         None,
+        gpu_index=0,
     )
     working = dataclasses.replace(
         never,
         uuid="GPU-d",
+        gpu_index=1,
         utilization_pct=90.0,
         utilization_recent_pct=90.0,
         idle_since_s=None,
