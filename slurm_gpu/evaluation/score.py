@@ -380,15 +380,16 @@ def cause_table(ev: Evaluation) -> list[str]:
     return rows
 
 
-def pattern_table(ev: Evaluation) -> list[str]:
-    """Markdown rows: one per pattern."""
+def pattern_table(ev: Evaluation, *, lines: bool = True) -> list[str]:
+    """Markdown rows: one per pattern; ``lines``: the corpus draws patterns across their
+    ground-truth lines (the generated ones; not the recorded traces)."""
     rows = [
         "| pattern | traces | expected finding | share | traces with an extra cause |",
         "|---|---:|---|---:|---:|",
     ]
     for p in ev.patterns:
         code = " or ".join(f"`{c}`" for c in EXPECTED_CODE.get(p.pattern, ())) or "(none)"
-        if p.pattern in TRUTH_LINES:
+        if lines and p.pattern in TRUTH_LINES:
             # Drawn across a line: the other side expects another finding, or none.
             other = " or ".join(f"`{c}`" for c in OTHER_SIDE.get(p.pattern, ((), ()))[1])
             code += f"; across the line {other or '(none)'}"

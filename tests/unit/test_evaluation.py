@@ -284,6 +284,10 @@ def test_evaluate_says_whether_the_targets_are_met_and_gates_on_recorded_traces(
     text = out.read_text()
     assert "## Targets" in text and "## How the synthetic corpus relates to the thresholds" in text
     assert text.index("## Targets") < text.index("## Recorded corpus") < text.index("## Held-out")
+    # Only the generated corpora are drawn across lines.
+    recorded_part = text[text.index("## Recorded corpus") : text.index("## Held-out")]
+    assert "across the line" not in recorded_part
+    assert "across the line" in text[text.index("## Held-out") :]
     # The same healthy job labelled as near-OOM: the recorded gate fails.
     data["pattern"], data["labels"], data["expected_codes"] = (
         "near-oom",
