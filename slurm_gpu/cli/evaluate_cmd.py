@@ -1,4 +1,5 @@
-"""``slurm-gpu evaluate``: score the diagnosis on synthetic labelled traces."""
+"""``slurm-gpu evaluate``: score the diagnosis on synthetic labelled traces and the recorded
+ones, and say whether the targets are met."""
 
 from __future__ import annotations
 
@@ -59,8 +60,18 @@ def cli(
     recorded_dir: str | None,
 ) -> None:
     """Generate labelled traces of every pattern, diagnose them with the configured
-    thresholds, and print per-cause precision and recall and the false-alarm rate."""
-    from slurm_gpu.evaluation.score import markdown, run, summary_lines
+    thresholds, and print per-cause precision and recall, the false-alarm rate, and each
+    target met or not (a recorded trace that disagrees with its label misses one)."""
+    from slurm_gpu.evaluation.score import (
+        RECORDED_WEIGHT,
+        combined,
+        markdown,
+        run,
+        summary_lines,
+        target_lines,
+        targets,
+        targets_met,
+    )
     from slurm_gpu.evaluation.traces import corpus
 
     if seed == tuning_seed:
@@ -71,12 +82,15 @@ def cli(
     settings = settings_from(ctx).analysis
     held = run(corpus(n, seed), settings, seed=seed, n_per_pattern=n)
     tuned = run(corpus(n, tuning_seed), settings, seed=tuning_seed, n_per_pattern=n)
-    text = markdown(held, tuned)
     recorded = _recorded(recorded_dir, settings)
-    if recorded:
-        # Recorded traces weigh above synthetic ones: their section comes first.
-        head, sep, tail = text.partition("\n## Held-out corpus")
-        text = head.rstrip("\n") + "\n" + "\n".join(recorded[0]).rstrip("\n") + "\n" + sep + tail
+    # Recorded traces weigh above synthetic ones: a gate among the targets, a weight in the
+    # combined figures, and their section before the synthetic corpora.
+    text = markdown(
+        held,
+        tuned,
+        recorded=recorded[1] if recorded else None,
+        recorded_section=recorded[0] if recorded else (),
+    )
     if write_path:
         try:
             Path(write_path).write_text(text, encoding="utf-8")
@@ -100,6 +114,18 @@ def cli(
         click.echo(
             f"cause {c.cause}: recall {recall} precision {precision} ({c.labelled} labelled)"
         )
+    if recorded:
+        for w in combined(held, recorded[1]):
+            recall = "-" if w.recall is None else f"{w.recall:.2f}"
+            precision = "-" if w.precision is None else f"{w.precision:.2f}"
+            click.echo(
+                f"cause {w.cause} combined (a recorded trace counts {RECORDED_WEIGHT}): "
+                f"recall {recall} precision {precision}"
+            )
+    found = targets(held, recorded[1] if recorded else None)
+    for line in target_lines(found):
+        click.echo(line.replace("**", ""))
+    click.echo("targets: " + ("all met" if targets_met(found) else "NOT all met"))
 
 
 def _recorded(directory: str | None, settings: Any) -> tuple[list[str], Any] | None:

@@ -154,7 +154,7 @@ def markdown_section(ev: Evaluation, traces: Sequence[RecordedTrace]) -> list[st
     ]
     out += cause_table(ev)
     out += [""]
-    out += pattern_table(ev)
+    out += pattern_table(ev, lines=False)
     out += ["", "| trace | pattern | findings |", "|---|---|---|"]
     for r in ev.results:
         out.append(f"| {r.trace} | {r.pattern} | {', '.join(r.codes) or '(none)'} |")

@@ -71,7 +71,8 @@ class RecCheck:
     incoherent: tuple[str, ...]
     """Options set by more than one recommendation."""
     not_actionable: tuple[str, ...]
-    """CPU, memory or GPU-count reductions on a whole-node allocation."""
+    """CPU, memory or GPU-count reductions on a whole-node allocation (as accounting shows it,
+    or as the generator made it where accounting cannot show it)."""
 
     @property
     def ok(self) -> bool:
@@ -98,10 +99,13 @@ def _gpu_count(value: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def check(analysis: Analysis, job: JobRecord | None = None) -> RecCheck:
+def check(
+    analysis: Analysis, job: JobRecord | None = None, *, whole_node: bool = False
+) -> RecCheck:
     """Check the recommendation set of one analysed job; ``job``: its accounting record, whose
     request style (``analysis.request``) says how the lines are read (per node, per task, per
-    GPU), and whether its cores come per GPU."""
+    GPU), and whether its cores come per GPU; ``whole_node``: the site gave the job whole
+    nodes, whatever the analysis concluded from accounting (a generated trace's truth)."""
     m = analysis.metrics
     req = request_of(job) if job is not None else Request()
     recs: Sequence[Recommendation] = analysis.recommendations
@@ -125,7 +129,8 @@ def check(analysis: Analysis, job: JobRecord | None = None) -> RecCheck:
                 continue
             seen[flag] = seen.get(flag, 0) + 1
             values[flag] = value
-        if m.whole_node and r.option in (Option.GPUS, Option.CPUS_PER_GPU, Option.MEMORY):
+        on_whole_node = m.whole_node or whole_node
+        if on_whole_node and r.option in (Option.GPUS, Option.CPUS_PER_GPU, Option.MEMORY):
             not_actionable.append(r.option.value)
     # The GPUs each form asks for in all: --gres and --gpus-per-node per node, --gpus in all,
     # --ntasks times the job's --gpus-per-task.

@@ -56,6 +56,8 @@ LABELS: dict[str, frozenset[int | str]] = {
     "comm-wait": frozenset({5}),
     "overtime": frozenset({6}),
     "idle-tail": frozenset({6}),
+    # Issue 26: the idle head, drawn across its line like the tail.
+    "idle-head": frozenset({6}),
     "throttle": frozenset({"site"}),
     # Real-world shapes (issue: a diagnosis that holds on real jobs).
     "task-farm": frozenset({2, 6}),
@@ -103,6 +105,7 @@ EXPECTED_CODE: dict[str, tuple[str, ...]] = {
     "comm-wait": ("COMMUNICATION_WAIT",),
     "overtime": ("TIME_OVERREQUESTED",),
     "idle-tail": ("IDLE_TAIL",),
+    "idle-head": ("IDLE_HEAD",),
     "throttle": ("GPU_THROTTLED_POWER", "GPU_THROTTLED_THERMAL"),
     "task-farm": ("STEPS_CPU_BOUND",),
     "task-farm-failed": ("STEPS_FAILED",),
@@ -140,6 +143,9 @@ class Trace:
     expected: tuple[str, ...] | None = None
     """The finding codes of which one must appear, where it differs from the pattern's
     (``()``: a trace drawn on the healthy side of its pattern's line expects none)."""
+    whole_node: bool = False
+    """The site gave the job whole nodes (the generator's truth, whatever accounting shows):
+    a CPU, memory or GPU-count reduction cannot be acted on."""
 
 
 @dataclass(slots=True)
@@ -193,6 +199,9 @@ class _Plan:
     whole_node_cpus: int | None = None
     """Cores the site allocates per node whatever the request (a whole-node site); the job
     requested ``cpus_per_gpu`` per GPU."""
+    whole_node_mem: bool = True
+    """On a whole-node site, whether it also gives the node's memory (512 GiB; an exclusive
+    partition) or the memory requested (``--exclusive`` on a shared partition)."""
     steps: list[JobStep] = field(default_factory=list)
     source: str = "synthetic"
     """The telemetry source the node records name (``dcgm-exporter``: no process list, no
@@ -202,21 +211,164 @@ class _Plan:
     ground-truth line (``TRUTH_LINES``)."""
 
 
-#: The ground truth of the patterns drawn across a line: (parameter, line, True when the
-#: pattern holds at or above it). These are the patterns' definitions, fixed here and not read
-#: from the settings: a job within 5 % of its GPU memory is one step from out-of-memory; GPUs
-#: whose mean duty cycles differ by 30 points or more work unequally; a limit 2.5 times the
-#: elapsed time or more is over-requested (40 % used); a busy GPU under 35 % of its power
-#: limit is nearly empty; an idle tail of 600 s or more (in 12-28 % of the job) is one. The
-#: generators draw on both sides of each line, so the rules (whose thresholds sit on the same
-#: lines, and whose graded findings are notes within ``near_threshold_band_pct`` of them) can
-#: disagree with the labels near it.
+#: The ground truth of the patterns drawn across a line: (parameter, line, True when the pattern
+#: holds at or above it). These are the patterns' definitions, fixed here and not read from the
+#: settings: a job within 5 % of its GPU memory (under 0.05 of it free) is one step from
+#: out-of-memory; GPUs whose mean duty cycles differ by 30 points or more work unequally; a limit
+#: 2.5 times the elapsed time or more is over-requested (40 % used); a busy GPU under 35 % of its
+#: power limit is nearly empty; an idle tail or head of 600 s or more (in 12-28 % of the job) is
+#: one; a job whose GPUs were busy half the time or more is healthy, below that its utilization is
+#: low (the generated mean duty cycle, before reading noise); a host that can prepare less work
+#: than the GPUs could run (capacity below 1: the GPUs run at that share of their fed rate and
+#: every core is busy) holds them back, one with capacity to spare does not (its cores then busy at
+#: 1/capacity). The generators draw on both sides of each line, so the rules (whose thresholds sit
+#: on the same lines, and whose graded findings are notes within ``near_threshold_band_pct`` of
+#: them) can disagree with the labels near it.
 TRUTH_LINES: dict[str, tuple[str, float, bool]] = {
-    "near-oom": ("memory_frac", 0.95, True),
+    "near-oom": ("memory_free_frac", 0.05, False),
     "imbalance": ("spread_pct", 30.0, True),
     "overtime": ("limit_factor", 2.5, True),
     "busy-empty": ("power_frac", 0.35, False),
     "idle-tail": ("tail_s", 600.0, True),
+    "idle-head": ("head_s", 600.0, True),
+    "healthy": ("duty_pct", 50.0, True),
+    "host-bound": ("host_capacity", 1.0, False),
+}
+#: What a trace is on the side of its line where its pattern does not hold, where that is not
+#: a healthy job: (labels, the finding codes of which one must appear). A "healthy" job whose
+#: GPUs were busy less than half the time, with memory well used and cores to spare, has low
+#: utilization that nothing generated explains: the profiler's case (cause 7).
+OTHER_SIDE: dict[str, tuple[frozenset[int | str], tuple[str, ...]]] = {
+    "healthy": (frozenset({7}), ("LOW_UTILIZATION_UNEXPLAINED",)),
+}
+#: Every pattern: (its deciding parameter as drawn, the rule thresholds it relates to, its
+#: ground-truth line, or why it has none that is not the rule's own number). The patterns with
+#: a line are those of ``TRUTH_LINES``; ``docs/diagnosis.md`` shows this table.
+PATTERN_LINES: dict[str, tuple[str, str, str]] = {
+    "healthy": (
+        "GPUs' duty level 30-95 % (the mean, with idle edges and checkpoint dips, is the truth)",
+        "`low_duty_pct` 50",
+        "50 % mean duty; below it low utilization no generated cause explains (cause 7, "
+        "`LOW_UTILIZATION_UNEXPLAINED`)",
+    ),
+    "idle-gpu": (
+        "1 to all but one GPU never runs a kernel",
+        "`unused_max_duty_pct` 1, `starved_min_span_pct` 25",
+        "none: whether a GPU ran a kernel is a fact of the job, not a level",
+    ),
+    "dataloader": (
+        "duty 12-43 % with cores 80-100 % busy, 1-8 cores per GPU",
+        "`cpu_saturated_pct` 75, `stall_share_pct` 25",
+        "none here: it lies far on the host-bound side of `host-bound`'s line, drawn there",
+    ),
+    "dataloader-main": (
+        "a batch's kernels in 8-50 % of the readings, one core per GPU busy",
+        "`main_process_min_cores` 0.85, `stall_share_pct` 25",
+        "none: a loader in the training process is a fact of the program, not a level",
+    ),
+    "small-batch": (
+        "duty 12-46 %, GPU memory 3-35 %, SM activity 10-30 % of busy time, cores 5-40 %",
+        "`low_duty_pct` 50, `small_memory_pct` 40, `low_sm_active_pct` 25",
+        "none: its truth is the kernels' size, with no line but the rule's 25 % SM activity "
+        "(`busy-empty` draws cause 1 across its power line)",
+    ),
+    "no-amp": (
+        "tensor activity 0-3 % of busy time",
+        "`tensor_idle_pct` 5",
+        "none: mixed precision is off or on, not a level",
+    ),
+    "near-oom": (
+        "GPU memory peak 75-99.5 % (0.5-25 % free)",
+        "`near_full_memory_pct` 95",
+        "5 % free (a 95 % peak), the distance measured in free memory",
+    ),
+    "imbalance": (
+        "spread of the GPUs' mean duty 15-55 points",
+        "`imbalance_spread_pct` 30",
+        "30 points",
+    ),
+    "comm-wait": (
+        "waiting 25-60 % of the time, NVLink traffic while idle",
+        "`comm_idle_traffic_pct` 20",
+        "none: the rule reads the share of traffic moved while idle, which any wait makes "
+        "high; a waiting share that makes a job communication-bound would be our number",
+    ),
+    "overtime": (
+        "time limit 1.6-8 times the elapsed time",
+        "`time_used_max_pct` 40, `time_unused_min_s` 3600",
+        "2.5 times (40 % used)",
+    ),
+    "idle-tail": (
+        "idle tail 300-1500 s, 12-28 % of the job",
+        "`idle_edge_min_s` 600, `idle_edge_min_pct` 10, `idle_edge_major_pct` 30",
+        "600 s",
+    ),
+    "idle-head": (
+        "idle head 300-1500 s, 12-28 % of the job",
+        "`idle_edge_min_s` 600, `idle_edge_min_pct` 10, `idle_edge_major_pct` 30",
+        "600 s",
+    ),
+    "throttle": (
+        "throttled by heat or a power brake 20-90 % of the time",
+        "`throttle_min_pct` 10",
+        "none: any such throttling is the site's fault; 10 % is when it is worth a report",
+    ),
+    "task-farm": (
+        "one-core steps keeping their core 95-99.5 % busy, GPUs 55-75 % with idle phases",
+        "`cpu_saturated_strict_pct` 90, `dataloader_max_duty_pct` 80, `idle_phase_min_s` 300",
+        "none: steps bound to one core are a fact of the job",
+    ),
+    "task-farm-failed": (
+        "as task-farm, every step failed",
+        "(accounting's step states)",
+        "none: an outcome",
+    ),
+    "task-farm-no-step-cpu": (
+        "as task-farm, without step CPU time, read every 60 s",
+        "(what the source lacks)",
+        "none: what cannot be told",
+    ),
+    "ranks-one-gpu": (
+        "every rank on the first GPU, the others holding a context",
+        "`ranks_per_gpu_min` 4",
+        "none: a binding fault, a fact",
+    ),
+    "ranks-no-process-list": (
+        "as ranks-one-gpu, told from the step's task count",
+        "(accounting's task count)",
+        "none: a binding fault, a fact",
+    ),
+    "busy-empty": (
+        "power 20-50 % of the limit at 93-99 % duty, memory controller 3-12 % or unknown",
+        "`busy_low_power_pct` 35, `busy_low_memory_util_pct` 20",
+        "35 % of the power limit",
+    ),
+    "memory-bound": (
+        "memory controller busy 55-85 % at 20-32 % power",
+        "`busy_low_memory_util_pct` 20",
+        "none: bandwidth-bound or empty kernels are two kinds, with no level of their own "
+        "between busy-empty's 3-12 % and these 55-85 %",
+    ),
+    "whole-node": (
+        "request from 1 core per GPU to the node's cores (64-128); the node's memory or the "
+        "memory requested",
+        "`whole_node_alloc_factor` 2",
+        "none: the truth, a whole node given, holds on both sides of the factor; the request "
+        "is drawn across it, and reductions are judged against the truth, not the rule",
+    ),
+    "node-fail": ("a node fails mid-job", "(the job's state)", "none: an outcome"),
+    "timeout-steps": ("the time limit ends the job", "(the job's state)", "none: an outcome"),
+    "node-fail-failed": (
+        "FAILED with a NODE_FAIL step",
+        "(the states of the job and its steps)",
+        "none: an outcome",
+    ),
+    "host-bound": (
+        "host capacity 0.55-1.6 of the GPUs' fed rate (88-97 % duty): below 1 the GPUs run "
+        "at that share and every core is pinned, above it the cores are busy 1/capacity",
+        "`dataloader_max_duty_pct` 80, `cpu_saturated_strict_pct` 90",
+        "capacity 1",
+    ),
 }
 #: Relative distance from the line (percent of it) below which a trace is ``ambiguous``, and
 #: below which it is ``near``; ``clear`` beyond.
@@ -305,6 +457,15 @@ def _fill(p: _Plan, make: Callable[[_Plan, int, int], _Gpu]) -> None:
     p.gpus = [[make(p, n, g) for g in range(p.gpus_per_node)] for n in range(p.nodes)]
 
 
+def _mean_duty(p: _Plan, points: int = 2000) -> float:
+    """The mean duty cycle of the job's GPUs as generated, before reading noise: each GPU's
+    duty on an even grid of ``points`` times over the job, averaged over the GPUs. Only for
+    patterns whose duty is a function of the time alone (it draws nothing)."""
+    times = [p.elapsed_s * (k + 0.5) / points for k in range(points)]
+    gpus = [g for node in p.gpus for g in node]
+    return sum(sum(g.duty(t) for t in times) / points for g in gpus) / len(gpus)
+
+
 # --------------------------------------------------------------------------- the patterns
 
 
@@ -312,6 +473,18 @@ def _healthy(p: _Plan) -> None:
     if p.rng.random() < 0.2:
         p.nodes, p.gpus_per_node = 2, p.rng.choice((2, 4))
     _fill(p, lambda p, n, g: _healthy_gpu(p))
+
+
+def _healthy_or_low(p: _Plan) -> None:
+    """The ``healthy`` pattern: a job with its GPU memory well used (45-90 %) and cores to
+    spare (30-60 % busy), its GPUs' duty level drawn across the 50 % line (the job's mean,
+    with its idle edges and checkpoint dips, is the truth): healthy at or above it, low
+    utilization with no generated cause below."""
+    rng = p.rng
+    p.level_pct = rng.uniform(30.0, 95.0)
+    p.cpu_frac = _const(rng.uniform(0.3, 0.6))
+    _healthy(p)
+    p.truth = ("duty_pct", _mean_duty(p))
 
 
 def _idle_gpu(p: _Plan) -> None:
@@ -405,7 +578,9 @@ def _near_oom(p: _Plan) -> None:
     failed = rng.random() < 0.3
     # The job's peak, drawn across the 95 % line (each GPU a little below it).
     peak = rng.uniform(0.75, 0.995)
-    p.truth = ("memory_frac", peak)
+    # The definition is in free memory (within 5 % of capacity), so is the distance from it:
+    # a 99 % peak is far past the line (1 % free of 5 %), not 4 % of 95 % from it.
+    p.truth = ("memory_free_frac", 1.0 - peak)
     if failed and peak >= 0.95:
         p.state = "FAILED"
 
@@ -480,10 +655,31 @@ def _idle_tail(p: _Plan) -> None:
     p.truth = ("tail_s", tail)
     p.elapsed_s = int(tail / frac)
     end = p.elapsed_s - tail
+    # Busy 80-95 % while working, so the job as a whole stays above the 50 % line of
+    # ``healthy`` on both sides of the tail's own line.
+    p.level_pct = rng.uniform(80.0, 95.0)
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
         gpu.duty = _window(gpu.duty, 0.0, end)
+        return gpu
+
+    _fill(p, make)
+
+
+def _idle_head(p: _Plan) -> None:
+    """The GPUs idle from the job's start (staging data, setup on the CPU) for a head drawn
+    across the 600 s line, in 12-28 % of the job; busy 80-95 % afterwards."""
+    rng = p.rng
+    frac = rng.uniform(0.12, 0.28)
+    head = rng.uniform(300.0, 1500.0)
+    p.truth = ("head_s", head)
+    p.elapsed_s = int(head / frac)
+    p.level_pct = rng.uniform(80.0, 95.0)
+
+    def make(p: _Plan, n: int, g: int) -> _Gpu:
+        gpu = _healthy_gpu(p)
+        gpu.duty = _window(gpu.duty, head, float(p.elapsed_s))
         return gpu
 
     _fill(p, make)
@@ -636,12 +832,19 @@ def _memory_bound(p: _Plan) -> None:
 
 
 def _whole_node(p: _Plan) -> None:
-    """A healthy job on a whole-node site: it asked for a few cores and a little memory per
-    GPU and got the whole node (no over-request can be acted on)."""
-    p.whole_node_cpus = p.rng.choice((64, 96, 128))
-    p.cpus_per_gpu = p.rng.choice((1, 2, 4))
-    p.gpus_per_node = p.rng.choice((4, 4, 8))
-    if p.rng.random() < 0.3:
+    """A healthy job on a whole-node site: it asked for one core per GPU up to the whole
+    node's cores and got every core (no over-request can be acted on). Half the sites give
+    the node's memory too (an exclusive partition), half the memory requested (``--exclusive``
+    on a shared partition). From half the node's cores up, nothing in accounting tells the
+    cores given from those asked for (at most twice the request, as hyper-thread rounding
+    gives), so only the memory can say it, where the site gave it."""
+    rng = p.rng
+    p.whole_node_cpus = rng.choice((64, 96, 128))
+    p.gpus_per_node = rng.choice((4, 4, 8))
+    share = rng.uniform(0.03, 1.0)
+    p.cpus_per_gpu = max(1, int(share * p.whole_node_cpus / p.gpus_per_node))
+    p.whole_node_mem = rng.random() < 0.5
+    if rng.random() < 0.3:
         p.nodes = 2
     _fill(p, lambda p, n, g: _healthy_gpu(p))
 
@@ -712,11 +915,16 @@ def _task_farm_no_step_cpu(p: _Plan) -> None:
 
 
 def _host_bound(p: _Plan) -> None:
-    """GPUs at 55-78 % while every core of the allocation is pinned (a molecular-dynamics
-    job whose host part holds the GPUs back)."""
+    """A job whose host part prepares the GPUs' work (a molecular-dynamics code, a data
+    pipeline) with a capacity drawn across 1, the rate the GPUs could run at (88-97 % duty,
+    fed): below it the GPUs run at that share of their fed rate while every core is pinned
+    (host-bound); above it they run fed and the cores are busy 1/capacity of the time."""
     rng = p.rng
-    p.cpu_frac = _const(rng.uniform(0.94, 1.0))
-    level = rng.uniform(55, 78)
+    fed = rng.uniform(88.0, 97.0)
+    capacity = math.exp(rng.uniform(math.log(0.55), math.log(1.6)))
+    p.truth = ("host_capacity", capacity)
+    p.cpu_frac = _const(rng.uniform(0.94, 1.0) / max(1.0, capacity))
+    level = fed * min(1.0, capacity)
 
     def make(p: _Plan, n: int, g: int) -> _Gpu:
         gpu = _healthy_gpu(p)
@@ -748,7 +956,7 @@ def _ranks_no_process_list(p: _Plan) -> None:
 
 
 _MAKERS: dict[str, Callable[[_Plan], None]] = {
-    "healthy": _healthy,
+    "healthy": _healthy_or_low,
     "idle-gpu": _idle_gpu,
     "dataloader": _dataloader,
     "dataloader-main": _dataloader_main,
@@ -759,6 +967,7 @@ _MAKERS: dict[str, Callable[[_Plan], None]] = {
     "comm-wait": _comm_wait,
     "overtime": _overtime,
     "idle-tail": _idle_tail,
+    "idle-head": _idle_head,
     "throttle": _throttle,
     "task-farm": _task_farm,
     "task-farm-failed": _task_farm_failed,
@@ -893,10 +1102,11 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
     tres = Tres(cpus=cpus, mem_bytes=mem_per_node * p.nodes, nodes=p.nodes, gpus=gpus)
     alloc = tres
     if p.whole_node_cpus is not None:
-        # The site gave whole nodes: every core and 512 GiB per node, whatever was asked.
+        # The site gave whole nodes: every core, whatever was asked, and 512 GiB per node
+        # (an exclusive partition) or the memory asked for (--exclusive on a shared one).
         alloc = Tres(
             cpus=p.whole_node_cpus * p.nodes,
-            mem_bytes=512 * GIB * p.nodes,
+            mem_bytes=512 * GIB * p.nodes if p.whole_node_mem else tres.mem_bytes,
             nodes=p.nodes,
             gpus=gpus,
         )
@@ -1037,7 +1247,7 @@ def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:
         params += ((name, round(value, 4)),)
         margin = margin_of(value, line[1])
         if not holds:
-            labels, expected = frozenset(), ()
+            labels, expected = OTHER_SIDE.get(pattern, (frozenset(), ()))
     return Trace(
         name=f"{pattern}-{seed}",
         pattern=pattern,
@@ -1049,6 +1259,7 @@ def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:
         params=params,
         margin=margin,
         expected=expected,
+        whole_node=plan.whole_node_cpus is not None,
     )
 
 

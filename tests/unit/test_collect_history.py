@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import store_fixtures
@@ -98,16 +100,26 @@ def test_one_history_query_per_batch_and_the_analysis_gets_it(store_url: str) ->
     ]
 
 
-def test_each_recommendation_is_stored_with_its_finding() -> None:
-    job = make_job("40")
-    analysis = analyze(job, (make_node("40"),), Settings().analysis)
+@pytest.mark.parametrize(
+    ("pattern", "seed"), [("small-batch", 0), ("dataloader", 1), ("idle-gpu", 0)]
+)
+def test_each_recommendation_is_stored_with_its_finding(pattern: str, seed: int) -> None:
+    # Jobs of the evaluation corpus with recommendations and findings (the store fixtures'
+    # job is too short for either, which would leave the loop below nothing to check).
+    from slurm_gpu.evaluation.traces import generate
+
+    trace = generate(pattern, seed)
+    analysis = analyze(trace.job, trace.nodes, Settings().analysis)
+    assert analysis.recommendations and analysis.findings
     stored = storable_findings(analysis)
     assert len(stored) == len(analysis.findings)
     placed = [f.recommendation for f in stored if f.recommendation is not None]
     assert len(placed) == min(len(analysis.recommendations), len(analysis.findings))
+    codes = {x.code.value for x in analysis.findings}
+    checked = 0
     for f in stored:
         rec = f.recommendation
-        if rec is not None and rec["finding"] is not None:
-            codes = {x.code.value for x in analysis.findings}
-            if rec["finding"] in codes:
-                assert rec["finding"] == f.code.value
+        if rec is not None and rec["finding"] is not None and rec["finding"] in codes:
+            checked += 1
+            assert rec["finding"] == f.code.value
+    assert checked  # a recommendation with its finding was placed and compared

@@ -14,8 +14,25 @@ from slurm_gpu.analysis import Code, Finding, PastJob, analyze
 from slurm_gpu.analysis.wording import environment, template_name, wording
 from slurm_gpu.cli.admin import cli
 from slurm_gpu.config import AnalysisSettings
-from slurm_gpu.evaluation.score import run, score
-from slurm_gpu.evaluation.traces import PATTERNS, corpus, generate
+from slurm_gpu.evaluation.score import (
+    RECORDED_WEIGHT,
+    TraceResult,
+    at_margin,
+    combined,
+    run,
+    score,
+    targets,
+    targets_met,
+)
+from slurm_gpu.evaluation.traces import (
+    LABELS,
+    OTHER_SIDE,
+    PATTERN_LINES,
+    PATTERNS,
+    TRUTH_LINES,
+    corpus,
+    generate,
+)
 from slurm_gpu.records import JobStep, StackSummary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,14 +46,21 @@ HELD_OUT_SEEDS = (3, 4)
 def test_targets_hold_on_held_out_seeds(seed: int) -> None:
     full = run(corpus(4, seed), S, seed=seed, n_per_pattern=4)
     # The targets hold clear of the ground-truth lines; near them the labels and the rules
-    # may disagree, and the evaluation says how often (margins), not a target.
-    ev = score([r for r in full.results if r.margin == "clear"], seed=seed, n_per_pattern=4)
-    assert {m.margin for m in full.margins} == {"clear", "near", "ambiguous"}
+    # may disagree, and the evaluation says how often (margins), not a target. Four traces a
+    # pattern are a small sample: 0.9 here, 0.95 in docs/diagnosis.md at twenty.
+    ev = at_margin(full, "clear")
+    assert {m.margin for m in full.margins} >= {"clear", "near"}
+    recall_checked, precision_checked = set(), set()
     for c in ev.causes:
         if c.labelled:
+            recall_checked.add(c.cause)
             assert c.recall is not None and c.recall >= 0.9, c
         if c.predicted >= 4:
+            precision_checked.add(c.cause)
             assert c.precision is not None and c.precision >= 0.9, c
+    # Both branches were taken for every cause the corpus always holds clear of a line.
+    always = {1, 2, 3, 5, 6, "site", "outcome"}
+    assert recall_checked >= always and precision_checked >= always
     assert ev.false_alarm_rate is not None and ev.false_alarm_rate <= 0.05
     assert ev.profiler_coverage == 1.0
     assert ev.recommendations > 0
@@ -48,29 +72,97 @@ def test_targets_hold_on_held_out_seeds(seed: int) -> None:
     )
 
 
+def _sides(pattern: str, n: int = 40) -> tuple[list[float], list[bool]]:
+    """The deciding values of ``n`` traces of ``pattern`` and whether each holds, asserting
+    that each trace's labels and expected finding follow its side of the line."""
+    name, line, above = TRUTH_LINES[pattern]
+    values, holds = [], []
+    for i in range(n):
+        t = generate(pattern, i)
+        v = dict(t.params)[name]
+        h = v >= line if above else v < line
+        other_labels, other_expected = OTHER_SIDE.get(pattern, (frozenset(), ()))
+        assert t.labels == (LABELS[pattern] if h else other_labels), (t.name, v)
+        assert t.expected == (None if h else other_expected), (t.name, v)
+        values.append(v)
+        holds.append(h)
+    return values, holds
+
+
 def test_generators_draw_across_each_ground_truth_line_and_label_by_it() -> None:
     # Issue 26, point 9: ranges that span the line, labels from the pattern's truth.
-    from slurm_gpu.evaluation.traces import TRUTH_LINES
-
-    for pattern, (name, line, above) in TRUTH_LINES.items():
-        traces = [generate(pattern, i) for i in range(40)]
-        values = [dict(t.params)[name] for t in traces]
+    for pattern, (_name, line, _above) in TRUTH_LINES.items():
+        values, holds = _sides(pattern)
         assert min(values) < line < max(values), (pattern, min(values), max(values))
-        for t, v in zip(traces, values, strict=True):
-            holds = v >= line if above else v < line
-            assert bool(t.labels) == holds, (t.name, v)
-            assert t.expected == (None if holds else ())
-        assert {t.margin for t in traces} >= {"clear", "near"}, pattern
+        assert any(holds) and not all(holds), pattern
+        margins = {generate(pattern, i).margin for i in range(40)}
+        assert margins >= {"clear", "near"}, pattern
+        # Clear of the line on both sides: the targets judge each side somewhere (a near-OOM
+        # peak of 99 % is 1 % free against the line's 5 %, clear of it).
+        clear = [v for v in values if abs(v - line) >= 0.15 * line]
+        assert any(v < line for v in clear) and any(v > line for v in clear), pattern
+
+
+@pytest.mark.parametrize("pattern", ["healthy", "host-bound", "idle-head"])
+def test_the_new_lines_are_drawn_on_both_sides_and_label_by_them(pattern: str) -> None:
+    # Issue 26: healthy duty across 50 %, a host's capacity across the GPUs' rate, the idle
+    # head across 600 s; each side drawn clear of the line, labels by the side.
+    assert pattern in TRUTH_LINES
+    _name, line, _above = TRUTH_LINES[pattern]
+    values, holds = _sides(pattern)
+    assert any(holds) and not all(holds), (pattern, values)
+    clear = [v for v in values if abs(v - line) >= 0.15 * line]
+    assert any(v < line for v in clear) and any(v >= line for v in clear), (pattern, values)
+
+
+def test_a_healthy_job_below_half_duty_is_labelled_low_utilization_by_its_generated_mean() -> None:
+    seen = {True: 0, False: 0}
+    for i in range(30):
+        t = generate("healthy", i)
+        truth = dict(t.params)["duty_pct"]
+        measured = analyze(t.job, t.nodes, S).metrics.duty_mean_pct
+        assert measured is not None
+        # The truth is the generated mean, before reading noise and sampling.
+        assert abs(measured - truth) < 3.0, (t.name, truth, measured)
+        low = truth < 50.0
+        seen[low] += 1
+        assert t.labels == (frozenset({7}) if low else frozenset())
+    assert seen[True] and seen[False], seen
+
+
+def test_a_host_with_capacity_to_spare_leaves_its_cores_partly_idle() -> None:
+    seen = {True: 0, False: 0}
+    for i in range(30):
+        t = generate("host-bound", i)
+        capacity = dict(t.params)["host_capacity"]
+        eff = analyze(t.job, t.nodes, S).metrics.core_efficiency_pct
+        assert eff is not None
+        seen[capacity < 1.0] += 1
+        if capacity < 1.0:
+            assert eff >= 90.0, (t.name, capacity, eff)  # every core pinned
+        else:
+            assert eff == pytest.approx(100.0 / capacity, abs=6.0), (t.name, capacity, eff)
+    assert seen[True] and seen[False], seen
+
+
+def test_every_pattern_says_its_line_or_why_it_has_none() -> None:
+    assert set(PATTERN_LINES) == set(PATTERNS)
+    for pattern, (drawn, thresholds, line) in PATTERN_LINES.items():
+        assert drawn and thresholds and line, pattern
+        assert line.startswith("none") == (pattern not in TRUTH_LINES), pattern
 
 
 def test_overtime_draws_no_limit_inside_the_info_band_as_a_clear_positive() -> None:
     # The old lower bound (2.6) lay inside the info band (a warning only above 3.125): such a
     # trace is now labelled by the 2.5 line and scored as near it, not as clear.
+    in_band = 0
     for i in range(60):
         t = generate("overtime", i)
         factor = dict(t.params)["limit_factor"]
         if 2.5 <= factor < 2.5 / 0.8:
+            in_band += 1
             assert t.margin in ("near", "ambiguous") or factor >= 2.5 * 1.15
+    assert in_band  # the band was drawn
 
 
 def test_generation_is_deterministic_and_varied() -> None:
@@ -111,6 +203,105 @@ def test_evaluate_refuses_the_tuning_seed_as_held_out(tmp_path: Path) -> None:
     cfg.write_text("")
     res = CliRunner().invoke(cli, ["--config", str(cfg), "evaluate", "--seed", "1"])
     assert res.exit_code == 2 and "differ" in res.output
+
+
+def _result(
+    name: str, labels: set[int | str], predicted: set[int | str], found: bool = True
+) -> TraceResult:
+    return TraceResult(
+        trace=name,
+        pattern="dataloader" if labels else "healthy",
+        labels=frozenset(labels),
+        predicted=frozenset(predicted),
+        codes=(),
+        expected_code_found=found,
+        profiler_named=True,
+        false_positives=frozenset(predicted) - frozenset(labels),
+        expected=("DATALOADER_BOUND",) if labels else (),
+    )
+
+
+def test_a_recorded_trace_that_disagrees_fails_the_targets_whatever_the_synthetic_score() -> None:
+    synthetic = score(
+        [_result(f"s{i}", {2}, {2}) for i in range(20)] + [_result("h", set(), set())],
+        seed=2,
+        n_per_pattern=20,
+    )
+    agreeing = score([_result("r1", {2}, {2})], seed=0, n_per_pattern=1)
+    assert targets_met(targets(synthetic, agreeing))
+    missed = score(
+        [_result("r1", {2}, {2}), _result("r2", {2}, set(), False)], seed=0, n_per_pattern=1
+    )
+    found = targets(synthetic, missed)
+    assert not targets_met(found)
+    (gate,) = [t for t in found if "recorded" in t.name]
+    assert not gate.met and gate.detail == "r2"
+    assert all(t.met for t in found if t is not gate)
+
+
+def test_a_recorded_trace_counts_as_recorded_weight_synthetic_ones() -> None:
+    synthetic = score([_result(f"s{i}", {2}, {2}) for i in range(10)], seed=2, n_per_pattern=10)
+    recorded = score(
+        [_result("r1", {2}, set(), False), _result("r2", set(), {2})], seed=0, n_per_pattern=1
+    )
+    (c2,) = [c for c in combined(synthetic, recorded) if c.cause == 2]
+    # Recall: 10 synthetic hits of 10 + one recorded miss weighing RECORDED_WEIGHT.
+    assert c2.recall == pytest.approx(10 / (10 + RECORDED_WEIGHT))
+    # Precision: 10 right synthetic predictions + one wrong recorded one.
+    assert c2.precision == pytest.approx(10 / (10 + RECORDED_WEIGHT))
+
+
+def test_a_low_score_near_the_line_misses_no_target_one_clear_of_it_does() -> None:
+    near = [replace(_result(f"n{i}", {2}, set(), False), margin="near") for i in range(5)]
+    clear = [_result(f"c{i}", {2}, {2}) for i in range(20)] + [_result("h", set(), set())]
+    assert targets_met(targets(score(near + clear, seed=2, n_per_pattern=20)))
+    # One clear miss in 21 is 0.95, the target; two in 22 fall below it.
+    missed = [_result(f"miss{i}", {2}, set(), False) for i in range(2)]
+    assert targets_met(targets(score(near + clear + missed[:1], seed=2, n_per_pattern=20)))
+    found = targets(score(near + clear + missed, seed=2, n_per_pattern=20))
+    (recall,) = [t for t in found if t.name.startswith("recall")]
+    assert not recall.met and recall.detail == "cause 2: 0.91", recall
+
+
+def test_evaluate_says_whether_the_targets_are_met_and_gates_on_recorded_traces(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    recorded = tmp_path / "traces"
+    recorded.mkdir()
+    src = REPO / "tests" / "data" / "traces" / "healthy-1.json"
+    data = json.loads(src.read_text())
+    (recorded / "healthy-1.json").write_text(json.dumps(data))
+    out = tmp_path / "d.md"
+    args = ["--config", str(cfg), "evaluate", "--n", "1", "--seed", "5", "--recorded"]
+    res = CliRunner().invoke(cli, [*args, str(recorded), "--write", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "every recorded trace gets its labelled finding" in res.output
+    assert f"combined (a recorded trace counts {RECORDED_WEIGHT})" in res.output
+    text = out.read_text()
+    assert "## Targets" in text and "## How the synthetic corpus relates to the thresholds" in text
+    assert text.index("## Targets") < text.index("## Recorded corpus") < text.index("## Held-out")
+    # Only the generated corpora are drawn across lines.
+    recorded_part = text[text.index("## Recorded corpus") : text.index("## Held-out")]
+    assert "across the line" not in recorded_part
+    assert "across the line" in text[text.index("## Held-out") :]
+    # The same healthy job labelled as near-OOM: the recorded gate fails.
+    data["pattern"], data["labels"], data["expected_codes"] = (
+        "near-oom",
+        [4],
+        ["GPU_MEMORY_NEAR_FULL"],
+    )
+    (recorded / "healthy-1.json").write_text(json.dumps(data))
+    res = CliRunner().invoke(cli, [*args, str(recorded)])
+    assert res.exit_code == 0, res.output
+    assert (
+        "not met: every recorded trace gets its labelled finding and no other cause — healthy-1"
+        in res.output
+    )
+    assert "targets: NOT all met" in res.output
 
 
 # --------------------------------------------------------------------------- wording

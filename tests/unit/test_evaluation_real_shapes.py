@@ -48,12 +48,50 @@ def test_ranks_on_one_gpu_trace_has_one_busy_gpu_with_every_rank() -> None:
 
 
 def test_whole_node_trace_is_healthy_and_gets_no_reduction() -> None:
-    for seed in range(5):
+    told, untold = 0, 0
+    for seed in range(24):
         t = generate("whole-node", seed)
+        assert t.whole_node  # the generator's truth, whatever accounting shows
         a = analyze(t.job, t.nodes, S)
-        assert a.metrics.whole_node
+        j = t.job
+        assert j.req_tres.cpus and j.req_tres.mem_bytes
+        ratio_cpus = (j.alloc_cpus or 0) / j.req_tres.cpus
+        ratio_mem = (j.alloc_tres.mem_bytes or 0) / j.req_tres.mem_bytes
+        shows = ratio_cpus > S.whole_node_alloc_factor or ratio_mem > S.whole_node_alloc_factor
+        assert a.metrics.whole_node == shows, (seed, ratio_cpus, ratio_mem)
+        told += shows
+        untold += not shows
         assert not [f for f in a.findings if f.severity.value != "info"], a.findings
         assert not a.recommendations
+    # Both kinds were judged: whole nodes accounting shows, and whole nodes it cannot.
+    assert told and untold, (told, untold)
+
+
+def test_whole_node_requests_are_drawn_across_the_allocation_factor() -> None:
+    # Issue 26: the request reaches above half the node's cores (allocated at most twice the
+    # request), and half the sites give the memory requested: accounting then cannot tell.
+    ratios, memory_given = [], set()
+    for seed in range(40):
+        j = generate("whole-node", seed).job
+        assert j.req_tres.cpus and j.req_tres.mem_bytes
+        ratios.append((j.alloc_cpus or 0) / j.req_tres.cpus)
+        memory_given.add(j.alloc_tres.mem_bytes == j.req_tres.mem_bytes)
+    line = S.whole_node_alloc_factor
+    assert min(ratios) <= line < max(ratios), ratios
+    assert sum(r <= line for r in ratios) >= 8, ratios
+    assert memory_given == {True, False}
+
+
+def test_reductions_are_judged_against_the_whole_node_the_site_gave() -> None:
+    # Accounting does not show the whole node (asked 60 of 64 cores, memory as asked): the
+    # analysis cannot tell, the check judges by the generator's truth.
+    j = replace(job(cpus=64, mem=32 * GIB), req_tres=Tres(cpus=60, mem_bytes=32 * GIB, gpus=1))
+    a = analyze(j, [node()], S)
+    assert not a.metrics.whole_node
+    recs = (_rec(Option.CPUS_PER_GPU, "#SBATCH --cpus-per-gpu=8"),)
+    assert not check(replace(a, recommendations=recs), j).not_actionable
+    got = check(replace(a, recommendations=recs), j, whole_node=True)
+    assert got.not_actionable == (Option.CPUS_PER_GPU.value,)
 
 
 def test_generators_cover_60s_sampling_and_multi_node_jobs() -> None:
