@@ -127,7 +127,11 @@ def test_owners_process_with_a_huge_environment_is_never_read(tmp_path: Path) ->
     proc = subprocess.Popen(["sleep", "30"], env={"SLURM_JOB_ID": job, **filler})
     try:
         _wait_listed(proc.pid)
-        assert len(Path(f"/proc/{proc.pid}/environ").read_bytes()) > 1_000_000
+        # Listed may still be before exec (the fork's environment is the test's): wait for it.
+        deadline = time.monotonic() + 10
+        while len(Path(f"/proc/{proc.pid}/environ").read_bytes()) <= 1_000_000:
+            assert time.monotonic() < deadline, "sleep never ran with its huge environment"
+            time.sleep(0.01)
         assert ProcHostSampler(job, os.getuid()).sample().process_count == 0
         assert ProcHostSampler(job, None).sample().process_count == 0
         assert not hasattr(hostsample, "environ_has")
