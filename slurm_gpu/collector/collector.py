@@ -88,6 +88,7 @@ from slurm_gpu.collector.sealedfiles import (
 from slurm_gpu.collector.statedir import open_state_dir
 from slurm_gpu.collector.steps import _parts, analysed_bundle, publish_stored, telemetry_status
 from slurm_gpu.collector.tally import CollectorOptions, CollectReport, PassTally
+from slurm_gpu.collector.tidy import DirRemover
 from slurm_gpu.errors import AccountingError, SpoolFormatError
 from slurm_gpu.gcpace import fewer_collections
 from slurm_gpu.records import JobRecord, NodeRecord
@@ -158,6 +159,8 @@ class Collector:
         self._state_fd: int | None = None
         self._done_index: dict[str, list[str]] = {}
         """Per job id, the names of its records in flat ``done/`` when the pass began."""
+        self._tidy = DirRemover(spool_dir)
+        """Removes the emptied spool job directories while the pass goes on (``tidy``)."""
 
     # ----------------------------------------------------------------- the pass
 
@@ -189,8 +192,11 @@ class Collector:
                     wanted, missing_pass=missing_pass and job_id is None and only is None
                 )
             finally:
-                if self.reports is not None:
-                    self.reports.flush()  # the pass ends when its report files are written
+                try:
+                    if self.reports is not None:
+                        self.reports.flush()  # the pass ends when its report files are written
+                finally:
+                    self._tidy.close()  # and when its emptied job directories are removed
                 os.close(self._state_fd)
                 self._state_fd = None
 
@@ -646,9 +652,9 @@ class Collector:
                     name, src_fd=src, dst_fd=dest, dst_name=kept, max_bytes=MAX_RECORD_BYTES
                 )
                 _touch(kept, dest)
-            with contextlib.suppress(OSError):
-                # Only when empty: other nodes' files may still be arriving.
-                os.rmdir(p.job_id, dir_fd=top)
+        # Only when empty (other nodes' files may still be arriving), and on the remover's
+        # thread: a removal can wait for the disk (``tidy``).
+        self._tidy.remove(p.job_id)
 
     def _prune_done(self, now: float) -> dict[str, list[str]]:
         """Delete the files (and the job directories of earlier collectors) in ``done/`` older
