@@ -4,10 +4,14 @@ collector's thread does not wait for the disk, and the spool is the same when th
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from store_fixtures import make_job
 from test_collector import Env, env  # noqa: F401 (the fixture)
 
