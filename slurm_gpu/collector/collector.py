@@ -241,34 +241,48 @@ class Collector:
             batches = iter([ids[i : i + size] for i in range(0, len(ids), size)])
         for chunk in batches:
             try:
-                jobs = self.accounting.get_jobs(chunk)
-            except AccountingError as exc:
-                msg = f"accounting query for {len(chunk)} job(s) failed: {exc}"
-                log.error("%s; they stay in the spool", msg)
-                acc.errors.append(msg)
-                continue
-            bundles = []
-            for jid in chunk:
-                bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
-                if bundle is not None:
-                    bundles.append(bundle)
-            if self.inbox is not None:
-                bundles = self._keep_inbox_records(bundles, pending)
-            if not bundles:
-                continue
-            stored: list[JobBundle] = []
-            try:
-                for part in _parts(bundles, self._part_jobs()):
-                    self._store(part, pending, now, acc)
-                    stored += part
+                self._batch(chunk, pending, now, acc)
             finally:
-                # AdminComment once per batch, after its parts are stored and moved (those
-                # stored before a store error too: they have left the spool).
-                if stored:
-                    publish_stored(stored, self.admin_comment, None, acc)
+                # The batch's records are stored or left for a later pass: the rest of the
+                # pass needs only their job ids. Kept, they would grow the heap that every
+                # full garbage collection of the pass scans (``gcpace``).
+                for jid in chunk:
+                    pending[jid].nodes = []
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
+
+    def _batch(
+        self, chunk: list[str], pending: dict[str, _Pending], now: float, acc: PassTally
+    ) -> None:
+        """One accounting batch: its query, then its jobs prepared, stored in parts and
+        published."""
+        try:
+            jobs = self.accounting.get_jobs(chunk)
+        except AccountingError as exc:
+            msg = f"accounting query for {len(chunk)} job(s) failed: {exc}"
+            log.error("%s; they stay in the spool", msg)
+            acc.errors.append(msg)
+            return
+        bundles = []
+        for jid in chunk:
+            bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
+            if bundle is not None:
+                bundles.append(bundle)
+        if self.inbox is not None:
+            bundles = self._keep_inbox_records(bundles, pending)
+        if not bundles:
+            return
+        stored: list[JobBundle] = []
+        try:
+            for part in _parts(bundles, self._part_jobs()):
+                self._store(part, pending, now, acc)
+                stored += part
+        finally:
+            # AdminComment once per batch, after its parts are stored and moved (those
+            # stored before a store error too: they have left the spool).
+            if stored:
+                publish_stored(stored, self.admin_comment, None, acc)
 
     def _part_jobs(self) -> int:
         """Jobs per store transaction: with the report step, ``REPORT_PART_JOBS`` (each part's

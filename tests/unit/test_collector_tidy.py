@@ -65,3 +65,30 @@ def test_the_pass_removes_job_directories_off_its_own_thread(
     # When run_once returns, the directories are gone, removed by the remover's thread.
     assert not any((env.spool_dir / str(500 + i)).exists() for i in range(3))
     assert threads == ["spool-tidy"] * 3
+
+
+def test_a_batch_s_records_are_let_go_once_it_is_stored(
+    env: Env,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass keeps each batch's records only while it stores that batch: the heap that the
+    pass's full garbage collections scan stays one batch large, not the whole pass."""
+    import gc
+
+    from slurm_gpu.records import NodeRecord
+
+    for i in range(6):
+        env.add_job(make_job(str(600 + i)), "node1")
+    alive: list[int] = []
+    real = env.accounting.get_jobs
+
+    def get_jobs(ids: list[str]) -> object:
+        gc.collect()
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is NodeRecord))
+        return real(ids)
+
+    monkeypatch.setattr(env.accounting, "get_jobs", get_jobs)
+    report = env.run(batch_size=2)
+    assert len(report.ingested) == 6  # type: ignore[attr-defined]
+    # At each query: the batch just read (two records), none of the batches stored before.
+    assert alive == [2, 2, 2]
