@@ -77,6 +77,7 @@ def test_a_batch_s_records_are_let_go_once_it_is_stored(
 
     from slurm_gpu.records import NodeRecord
 
+    ours = {str(600 + i) for i in range(6)}
     for i in range(6):
         env.add_job(make_job(str(600 + i)), "node1")
     alive: list[int] = []
@@ -84,7 +85,7 @@ def test_a_batch_s_records_are_let_go_once_it_is_stored(
 
     def get_jobs(ids: list[str]) -> object:
         gc.collect()
-        alive.append(sum(1 for o in gc.get_objects() if type(o) is NodeRecord))
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is NodeRecord and o.job_id in ours))
         return real(ids)
 
     monkeypatch.setattr(env.accounting, "get_jobs", get_jobs)
