@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_gpu.capture.hostsample import AutoHostSampler
+from slurm_gpu.capture.hostsample import CGROUP_GRACE_READINGS, AutoHostSampler
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.capture.spool import JobSpool, read_record
 from slurm_gpu.telemetry.virtual import VirtualGpuSource
@@ -43,11 +43,22 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def fake_job(job_id: str, processes: int = 4) -> subprocess.Popen[bytes]:
-    """A process tree that the /proc method takes for the job's (``SLURM_JOB_ID`` in its
-    environment), as on a node with ``proctrack/linuxproc``: a shell and its children."""
-    script = " ".join(["sleep 600 &"] * (processes - 1)) + " wait"
-    env = {**os.environ, "SLURM_JOB_ID": job_id}
-    return subprocess.Popen(["/bin/sh", "-c", script], env=env, start_new_session=True)
+    """A process tree that the /proc method takes for the job's, as on a node with
+    ``proctrack/linuxproc``: a shell and its children under a stand-in for the job's
+    slurmstepd (a shell started through a link named ``slurmstepd``, so that its command name
+    is, with slurmstepd's command line ``slurmstepd: [<id>.0]``, run by this benchmark's own
+    account, which the /proc method trusts as it trusts root). Without it no process is the
+    job's and the sampler keeps probing cgroups and /proc at every reading."""
+    link_dir = tempfile.mkdtemp(prefix="bench-stepd-")
+    stepd = os.path.join(link_dir, "slurmstepd")
+    os.symlink("/bin/sh", stepd)
+    inner = " ".join(["sleep 600 &"] * (processes - 1)) + " wait"
+    argv = [f"slurmstepd: [{job_id}.0]", "-c", f"/bin/sh -c '{inner}' & wait"]
+    try:
+        return subprocess.Popen(argv, executable=stepd, start_new_session=True)
+    finally:  # the command name is set at exec, which Popen has waited for
+        os.unlink(stepd)
+        os.rmdir(link_dir)
 
 
 def in_process(
@@ -78,10 +89,12 @@ def in_process(
         time.sleep(0.2)  # let the shell fork its children
         sampler = Sampler(opts, lambda: VirtualGpuSource(vdir), host)
         sampler.open_spool()
-        for _ in range(20):  # warm caches (membership of /proc entries, imports)
+        # Warm caches (membership of /proc entries, imports); where Slurm keeps a cgroup tree
+        # on the machine, the /proc method is kept after CGROUP_GRACE_READINGS readings.
+        for _ in range(CGROUP_GRACE_READINGS + 5):
             sampler.read_once()
         if tree is not None:
-            assert host is not None and host.method == "proc"
+            assert host is not None and host.method == "proc" and host._chosen is not None
         readings = PAUSED_READINGS if pause_s else READINGS
         proc = host._proc if host is not None else None
         scans0 = proc.full_scans if proc is not None else 0
