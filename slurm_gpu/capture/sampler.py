@@ -38,7 +38,7 @@ from slurm_gpu.capture.spool import (
     write_state,
 )
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, StackSummary
-from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.telemetry.base import CounterSource, TelemetrySource
 
 # The logger keeps its name from before the capture package: sites filter logs by it.
 log = logging.getLogger("slurm_gpu.sampler")
@@ -392,8 +392,23 @@ class Sampler:
 
     # ------------------------------------------------------------------ end
 
+    def _final_counters(self) -> None:
+        """A source that reads its cumulative counters (energy, violation times) at fewer
+        readings than the rest reads them once more, so that the record's totals run to the
+        end of the job."""
+        source = self._source
+        if not isinstance(source, CounterSource) or self.agg.last_time_s is None:
+            return
+        try:
+            counters = source.read_counters(self.opts.gpu_uuids)
+        except Exception as exc:
+            log.warning("final read of the GPU counters failed: %s", exc)
+            return
+        self.agg.add_counters(self.clock(), counters)
+
     def seal(self) -> bool:
         """Write the sealed record (complete) from the aggregates; True if written."""
+        self._final_counters()
         if self._writer is not None:
             try:
                 self._writer.sync()

@@ -53,3 +53,16 @@ class TelemetrySource(Protocol):
     def close(self) -> None:
         """Release the library (idempotent)."""
         ...
+
+
+@runtime_checkable
+class CounterSource(Protocol):
+    """A source that reads some cumulative counters (energy, ECC totals, violation times) at
+    fewer readings than the rest, and reads them on request so that totals are exact at the
+    end: the sampler calls ``read_counters`` when it seals. A source that reads everything at
+    every reading does not implement it."""
+
+    def read_counters(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
+        """Each GPU's cumulative counters read now (the other fields ``None``), in order;
+        ``available=False`` for a GPU that cannot be read. Never raises."""
+        ...
