@@ -187,6 +187,7 @@ class Sampler:
         # The group that may read the live summary: the job user's private group, looked up
         # once (a name service may be slow); none when not root (nothing to grant).
         self._live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
+        self._live_dirs_made = False
         self.agg = self._make_aggregator()
         max_recent = min(RECENT_MAX_READINGS, int(RECENT_WINDOW_S / opts.interval_s) + 2)
         self._live_gpus = [_LiveGpu(max_recent) for _ in opts.gpu_uuids]
@@ -386,8 +387,10 @@ class Sampler:
             },
         }
         try:
-            write_live(self.paths, summary, self._live_gid)
+            write_live(self.paths, summary, self._live_gid, dirs_made=self._live_dirs_made)
+            self._live_dirs_made = True
         except (OSError, ValueError) as exc:
+            self._live_dirs_made = False
             log.warning("live summary not written: %s", exc)
 
     # ------------------------------------------------------------------ end
