@@ -318,7 +318,7 @@ class Sampler:
             return
         try:
             offset = self._writer.sync()
-            write_state(self.paths.state, self.agg.state(), offset, self.notes)
+            write_state(self.paths.state, self.agg.state_json(), offset, self.notes)
             self._checkpoint_ok = True
         except OSError as exc:
             if self._checkpoint_ok:
