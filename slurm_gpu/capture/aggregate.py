@@ -150,7 +150,7 @@ class _Throttle:
             if self.known_s is not None:
                 self.known_s += span
             return min(span, (counter_ns - prev) / 1e9)
-        settled = self._settle_pending()
+        settled = self._settle_pending() if self.pending_s else 0.0
         if reasons is not None:
             throttled = dt_s if reasons & self.mask else 0.0
         else:
