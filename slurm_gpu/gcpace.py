@@ -1,11 +1,12 @@
 """Fewer garbage collections while a pass builds many long-lived objects.
 
-A collector pass reads every sealed record of the spool before it stores them, and a record
-is mostly its timeline: one ``TimelinePoint`` per bucket (360 for a one-hour job), all alive
-until the pass ends. Under CPython's default thresholds (a young collection every 700 net
-allocations, a full one every 100 young ones, when the heap has grown by a quarter) the pass
-then runs full collections over an ever larger heap of objects that hold no reference cycle:
-about a sixth of the collector's time for 1,000 4-GPU jobs (``docs/performance.md``).
+A collector pass reads the sealed records of an accounting batch (500 jobs) before it stores
+them, and a record is mostly its timeline: one ``TimelinePoint`` per bucket (360 for a
+one-hour job), all alive until the batch is stored (the pass lets them go then). Under
+CPython's default thresholds (a young collection every 700 net allocations, a full one every
+100 young ones, when the heap has grown by a quarter) the pass then runs many collections over
+a large heap of objects that hold no reference cycle: about a sixth of the collector's time for
+1,000 4-GPU jobs when the pass kept every record to its end (``docs/performance.md``).
 ``fewer_collections`` raises the young threshold for the duration of a pass (the older ones
 follow it: they count young collections), and puts the thresholds back after it; the
 collector's reference cycles are still found, a little later.

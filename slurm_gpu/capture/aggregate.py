@@ -10,6 +10,7 @@ JSON for checkpoints.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -105,44 +106,94 @@ class _Throttle:
     """Throttled seconds of one cause (power or thermal) and the seconds over which it was
     known.
 
-    An interval is counted from the driver's cumulative violation counter where two
-    consecutive readings have it (exact, in ns, and never more than the interval), else
-    from the reading's bitmask (the whole interval when a bit of ``mask`` is set), else not
-    at all: it is then unknown, and left out of ``known_s``. A counter that went backwards
-    (driver reload) or a reading without it breaks the chain, and the next interval falls
-    back to the bitmask. ``known_s`` is ``None`` when counting began mid-job (a checkpoint
-    written before it was kept), which the record passes on as "not counted".
+    An interval is counted from the driver's cumulative violation counter where it was
+    read at both ends (exact, in ns, and never more than the interval), else from the
+    reading's bitmask (the whole interval when a bit of ``mask`` is set), else not at all: it
+    is then unknown, and left out of ``known_s``. Readings without the counter after one
+    with it (the counters are read at a slower cadence than the rest, or one read failed)
+    are held as pending: the next counter covers them all at once, exactly. A counter that
+    went backwards (driver reload), an unavailable reading or the end of the job without a
+    last counter breaks the chain: the pending readings are then counted from their
+    bitmasks, and the next interval too. ``known_s`` is ``None`` when counting began mid-job
+    (a checkpoint written before it was kept), which the record passes on as "not counted".
     """
 
-    __slots__ = ("known_s", "mask", "prev_ns")
+    __slots__ = ("known_s", "mask", "pending_known_s", "pending_s", "pending_throttled_s",
+                 "prev_ns")  # fmt: skip
 
     def __init__(self, mask: int, known_s: float | None = 0.0) -> None:
         self.mask = mask
         self.known_s = known_s
         self.prev_ns: int | None = None
+        self.pending_s = 0.0
+        """Seconds of the readings since the counter was last read (it will cover them)."""
+        self.pending_known_s = 0.0
+        """Of those, the seconds that had a bitmask, and the seconds it said throttled:
+        what they count for if the chain breaks."""
+        self.pending_throttled_s = 0.0
 
     def add(self, counter_ns: int | None, reasons: int | None, dt_s: float) -> float:
-        """Fold one reading standing for ``dt_s`` seconds; returns its throttled seconds."""
-        prev, self.prev_ns = self.prev_ns, counter_ns
+        """Fold one reading standing for ``dt_s`` seconds; returns the throttled seconds it
+        settles (its own, or with a counter, also those of the pending readings)."""
+        prev = self.prev_ns
+        if counter_ns is None and prev is not None:
+            self.pending_s += dt_s
+            if reasons is not None:
+                self.pending_known_s += dt_s
+                if reasons & self.mask:
+                    self.pending_throttled_s += dt_s
+            return 0.0
+        self.prev_ns = counter_ns
         if counter_ns is not None and prev is not None and counter_ns >= prev:
-            throttled = min(dt_s, (counter_ns - prev) / 1e9)
-        elif reasons is not None:
+            span = self.pending_s + dt_s
+            self.pending_s = self.pending_known_s = self.pending_throttled_s = 0.0
+            if self.known_s is not None:
+                self.known_s += span
+            return min(span, (counter_ns - prev) / 1e9)
+        settled = self._settle_pending() if self.pending_s else 0.0
+        if reasons is not None:
             throttled = dt_s if reasons & self.mask else 0.0
         else:
-            return 0.0
+            return settled
         if self.known_s is not None:
             self.known_s += dt_s
+        return settled + throttled
+
+    def flush(self) -> float:
+        """Break the chain (the GPU did not answer): count the pending readings from their
+        bitmasks; returns their throttled seconds."""
+        self.prev_ns = None
+        return self._settle_pending()
+
+    def _settle_pending(self) -> float:
+        throttled = self.pending_throttled_s
+        if self.known_s is not None:
+            self.known_s += self.pending_known_s
+        self.pending_s = self.pending_known_s = self.pending_throttled_s = 0.0
         return throttled
 
     def state(self) -> list[Any]:
-        return [self.known_s, self.prev_ns]
+        return [self.known_s, self.prev_ns, self.pending_s, self.pending_known_s,
+                self.pending_throttled_s]  # fmt: skip
 
     @classmethod
     def from_state(cls, mask: int, data: list[Any]) -> _Throttle:
-        known, prev = data
+        known, prev = data[0], data[1]
         out = cls(mask, None if known is None else float(known))
         out.prev_ns = None if prev is None else int(prev)
+        if len(data) >= 5:  # checkpoints before the counters' cadence have no pending part
+            out.pending_s, out.pending_known_s, out.pending_throttled_s = (
+                float(data[2]), float(data[3]), float(data[4])
+            )  # fmt: skip
         return out
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _plus(known_s: float | None, pending_s: float) -> float | None:
+    return None if known_s is None else known_s + pending_s
 
 
 def _nvlink_total(s: GpuSample) -> int | None:
@@ -240,7 +291,8 @@ class GpuAccumulator:
         self.last_time_s = s.time_s
         if not s.available:
             # Counters read after a gap in which the GPU did not answer cover that gap too.
-            self.throttle_power.prev_ns = self.throttle_thermal.prev_ns = None
+            self.throttle_power_s += self.throttle_power.flush()
+            self.throttle_thermal_s += self.throttle_thermal.flush()
             return None
         self.samples_available += 1
         idle: bool | None = None
@@ -308,6 +360,31 @@ class GpuAccumulator:
         self.mem_util.add(s.memory_utilization_pct)
         return idle
 
+    def add_counters(self, s: GpuSample, dt_s: float) -> None:
+        """Fold a read of the cumulative counters alone (``read_counters`` at the seal), made
+        ``dt_s`` seconds after the last reading: the energy and ECC totals and the throttled
+        time run to it. Not a reading: nothing else changes."""
+        if not s.available:
+            return
+        if s.energy_mj is not None and self.energy_first_mj is not None:
+            if self.energy_last_mj is not None and s.energy_mj < self.energy_last_mj:
+                self.energy_counter_ok = False
+            self.energy_last_mj = s.energy_mj
+        if s.ecc_corrected_total is not None and self.ecc_c_first is not None:
+            self.ecc_c_last = s.ecc_corrected_total
+        if s.ecc_uncorrected_total is not None and self.ecc_u_first is not None:
+            self.ecc_u_last = s.ecc_uncorrected_total
+        for throttle, counter in (
+            (self.throttle_power, s.violation_power_ns),
+            (self.throttle_thermal, s.violation_thermal_ns),
+        ):
+            if counter is not None and throttle.prev_ns is not None:
+                settled = throttle.add(counter, None, dt_s)
+                if throttle is self.throttle_power:
+                    self.throttle_power_s += settled
+                else:
+                    self.throttle_thermal_s += settled
+
     def add_stall(self, duty_pct: float, cpu_busy_pct: float) -> None:
         """Count one reading in the (duty, cores busy) grid (``GpuSummary.stall_grid``)."""
         if self.stall_grid is None:
@@ -325,6 +402,9 @@ class GpuAccumulator:
             energy = (self.energy_last_mj - self.energy_first_mj) / 1000.0
         elif self.power.n:
             energy = self.power_integral_j
+        # Readings after the last counter read (none when the sampler sealed with a read of
+        # the counters) count from their bitmasks.
+        power, thermal = self.throttle_power, self.throttle_thermal
         nvlink = None
         if self.nvlink_first is not None and self.nvlink_prev is not None:
             nvlink = max(0, self.nvlink_prev - self.nvlink_first)
@@ -350,10 +430,10 @@ class GpuAccumulator:
             energy_j=energy,
             sm_clock_mean_mhz=self.clock.mean,
             temperature_max_c=self.temperature_max_c,
-            throttle_power_s=self.throttle_power_s,
-            throttle_thermal_s=self.throttle_thermal_s,
-            throttle_power_known_s=self.throttle_power.known_s,
-            throttle_thermal_known_s=self.throttle_thermal.known_s,
+            throttle_power_s=self.throttle_power_s + power.pending_throttled_s,
+            throttle_thermal_s=self.throttle_thermal_s + thermal.pending_throttled_s,
+            throttle_power_known_s=_plus(power.known_s, power.pending_known_s),
+            throttle_thermal_known_s=_plus(thermal.known_s, thermal.pending_known_s),
             pcie_tx_mean_bytes_per_s=self.pcie_tx.mean,
             pcie_rx_mean_bytes_per_s=self.pcie_rx.mean,
             nvlink_bytes=nvlink,
@@ -588,6 +668,10 @@ class Timeline:
         self.width_s = width_s
         self.start_s = start_s
         self.buckets: list[_Bucket | None] = []
+        # The JSON of the first ``_clean`` buckets' states as of the last ``state_json``:
+        # readings go forward in time, so only the last buckets change between checkpoints.
+        self._encoded: list[str] = []
+        self._clean = 0
 
     def _compact(self) -> None:
         merged: list[_Bucket | None] = []
@@ -602,6 +686,7 @@ class Timeline:
                 merged.append(a)
         self.buckets = merged
         self.width_s *= 2
+        self._clean = 0
 
     def add(
         self,
@@ -618,6 +703,8 @@ class Timeline:
             k = max(0, int((time_s - self.start_s) // self.width_s))
         if k >= len(self.buckets):
             self.buckets.extend([None] * (k + 1 - len(self.buckets)))
+        if k < self._clean:
+            self._clean = k
         bucket = self.buckets[k]
         if bucket is None:
             bucket = self.buckets[k] = _Bucket(self.n_gpus)
@@ -667,6 +754,19 @@ class Timeline:
             "start_s": self.start_s,
             "buckets": [b.state() if b is not None else None for b in self.buckets],
         }
+
+    def state_json(self) -> str:
+        """``state()`` as compact JSON; the buckets unchanged since the last call are not
+        encoded again (a long job's timeline is most of a checkpoint: 57 KB, about 1 ms to
+        encode, at 512 buckets of 8 GPUs)."""
+        encoded = self._encoded[: self._clean]
+        for b in self.buckets[self._clean :]:
+            encoded.append("null" if b is None else _compact_json(b.state()))
+        self._encoded, self._clean = encoded, len(encoded)
+        head = _compact_json(
+            {"max_points": self.max_points, "width_s": self.width_s, "start_s": self.start_s}
+        )
+        return head[:-1] + ',"buckets":[' + ",".join(encoded) + "]}"
 
     @classmethod
     def from_state(cls, data: dict[str, Any], n_gpus: int) -> Timeline:
@@ -754,6 +854,18 @@ class NodeAggregator:
                     self.gpus[i].add_stall(u, busy_pct)
         self.timeline.add(time_s, util, mem, power, cores, rss)
 
+    def add_counters(self, time_s: float, gpus: Sequence[GpuSample]) -> None:
+        """Fold a read of the cumulative counters alone at ``time_s`` (the sampler's seal):
+        not a reading, so the timeline, the reading count and the last reading's time stay
+        as they are."""
+        if self.last_time_s is None:
+            return
+        dt = min(max(0.0, time_s - self.last_time_s), MAX_GAP_INTERVALS * self.interval_s)
+        for s in gpus:
+            i = self._index.get(s.uuid)
+            if i is not None:
+                self.gpus[i].add_counters(s, dt)
+
     def record(self, *, ended_s: float, complete: bool, notes: Sequence[str] = ()) -> NodeRecord:
         """The sealed record as of now."""
         return NodeRecord(
@@ -773,6 +885,15 @@ class NodeAggregator:
 
     def state(self) -> dict[str, Any]:
         """Plain-JSON checkpoint of everything above."""
+        return {**self._state_head(), "timeline": self.timeline.state()}
+
+    def state_json(self) -> str:
+        """``state()`` as compact JSON text, the timeline's unchanged buckets not encoded
+        again (``Timeline.state_json``): what a checkpoint writes."""
+        head = _compact_json(self._state_head())
+        return head[:-1] + ',"timeline":' + self.timeline.state_json() + "}"
+
+    def _state_head(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
             "job_id": self.job_id,
@@ -786,7 +907,6 @@ class NodeAggregator:
             "readings": self.readings,
             "gpus": [g.state() for g in self.gpus],
             "host": self.host.state(),
-            "timeline": self.timeline.state(),
         }
 
     @classmethod

@@ -175,7 +175,11 @@ def find_cgroup1_dirs(cgroup_root: str, job_id: str, uid: int | None) -> dict[st
         matches = [m for m in matches if _trusted_dir(m)]
         if matches:
             found[controller] = matches[0]
-    return found if "cpuacct" in found else None
+        elif controller == "cpuacct":
+            # Required: without it the others are not looked for (the sampler probes at
+            # every reading until the job's cgroup or process shows up).
+            return None
+    return found
 
 
 class Cgroup2HostSampler:
@@ -576,8 +580,8 @@ class ProcHostSampler:
         # and reused between two readings would be missed; with sequential pid allocation
         # that takes pid_max process creations within one interval.)
         self._skip &= present
-        listed = {int(n) for n in present if n.isdigit()}
-        self._ancestry = {p: a for p, a in self._ancestry.items() if p in listed}
+        if self._ancestry:  # a few entries: looked up by name, not the whole listing by pid
+            self._ancestry = {p: a for p, a in self._ancestry.items() if str(p) in present}
         pids = []
         for name in present - self._skip:
             if not name.isdigit() or int(name) in self._exclude:

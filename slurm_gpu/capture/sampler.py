@@ -38,7 +38,7 @@ from slurm_gpu.capture.spool import (
     write_state,
 )
 from slurm_gpu.records import GpuInfo, GpuSample, HostSample, StackSummary
-from slurm_gpu.telemetry.base import TelemetrySource, slurm_gpu_index
+from slurm_gpu.telemetry.base import CounterSource, TelemetrySource, slurm_gpu_index
 
 # The logger keeps its name from before the capture package: sites filter logs by it.
 log = logging.getLogger("slurm_gpu.sampler")
@@ -187,6 +187,7 @@ class Sampler:
         # The group that may read the live summary: the job user's private group, looked up
         # once (a name service may be slow); none when not root (nothing to grant).
         self._live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
+        self._live_dirs_made = False
         self.agg = self._make_aggregator()
         max_recent = min(RECENT_MAX_READINGS, int(RECENT_WINDOW_S / opts.interval_s) + 2)
         self._live_gpus = [_LiveGpu(max_recent) for _ in opts.gpu_uuids]
@@ -322,7 +323,7 @@ class Sampler:
             return
         try:
             offset = self._writer.sync()
-            write_state(self.paths.state, self.agg.state(), offset, self.notes)
+            write_state(self.paths.state, self.agg.state_json(), offset, self.notes)
             self._checkpoint_ok = True
         except OSError as exc:
             if self._checkpoint_ok:
@@ -392,14 +393,31 @@ class Sampler:
             },
         }
         try:
-            write_live(self.paths, summary, self._live_gid)
+            write_live(self.paths, summary, self._live_gid, dirs_made=self._live_dirs_made)
+            self._live_dirs_made = True
         except (OSError, ValueError) as exc:
+            self._live_dirs_made = False
             log.warning("live summary not written: %s", exc)
 
     # ------------------------------------------------------------------ end
 
+    def _final_counters(self) -> None:
+        """A source that reads its cumulative counters (energy, violation times) at fewer
+        readings than the rest reads them once more, so that the record's totals run to the
+        end of the job."""
+        source = self._source
+        if not isinstance(source, CounterSource) or self.agg.last_time_s is None:
+            return
+        try:
+            counters = source.read_counters(self.opts.gpu_uuids)
+        except Exception as exc:
+            log.warning("final read of the GPU counters failed: %s", exc)
+            return
+        self.agg.add_counters(self.clock(), counters)
+
     def seal(self) -> bool:
         """Write the sealed record (complete) from the aggregates; True if written."""
+        self._final_counters()
         if self._writer is not None:
             try:
                 self._writer.sync()

@@ -550,17 +550,23 @@ def list_sealed(spool_dir: str) -> list[SealedRecord]:
 # --------------------------------------------------------------------------- checkpoint
 
 
-def write_state(path: str, aggregates: dict[str, Any], offset: int, notes: Sequence[str]) -> None:
+def write_state(
+    path: str, aggregates: dict[str, Any] | str, offset: int, notes: Sequence[str]
+) -> None:
     """Write the sampler checkpoint atomically. ``offset`` is the jsonl size the aggregates
-    include (readings after it must be folded on recovery)."""
-    body = {
+    include (readings after it must be folded on recovery). ``aggregates`` is the
+    aggregator's state, or already its JSON text (``NodeAggregator.state_json``)."""
+    body: dict[str, Any] = {
         "schema": STATE_SCHEMA,
         "version": STATE_VERSION,
         "offset": offset,
         "notes": list(notes),
-        "aggregates": aggregates,
     }
-    write_atomic(path, json.dumps(body, separators=(",", ":")).encode(), mode=FILE_MODE)
+    if isinstance(aggregates, str):
+        text = json.dumps(body, separators=(",", ":"))[:-1] + ',"aggregates":' + aggregates + "}"
+    else:
+        text = json.dumps({**body, "aggregates": aggregates}, separators=(",", ":"))
+    write_atomic(path, text.encode(), mode=FILE_MODE)
 
 
 def _read_versioned(path: str, schema: str, version: int, what: str) -> dict[str, Any]:
@@ -596,20 +602,33 @@ LIVE_SCHEMA = "slurm-gpu/live"
 LIVE_VERSION = 1
 
 
-def write_live(paths: JobSpool, summary: dict[str, Any], gid: int | None) -> None:
+def write_live(
+    paths: JobSpool, summary: dict[str, Any], gid: int | None, *, dirs_made: bool = False
+) -> None:
     """Write the live summary to ``paths.live``: root's (never the user's: they could
     chmod it, write into it and fill the spool's file system, or keep it with a hard link),
     group ``gid`` and 0440 when given (the job user's private group, ``private_group_of``),
     else 0400. Created without following links, in a directory only root writes. Raises
     ``OSError``, and ``ValueError`` when the summary exceeds ``LIVE_MAX_BYTES``.
+
+    ``dirs_made``: a previous call made and checked the directories (root's: nobody else can
+    change them since), so they are made again only if they are gone. Not fsynced: the
+    summary describes a running job and is rewritten every few seconds; after a crash of the
+    machine there is no running job to describe.
     """
     body = {"schema": LIVE_SCHEMA, "version": LIVE_VERSION, **summary}
     data = json.dumps(body, separators=(",", ":")).encode()
     if len(data) > LIVE_MAX_BYTES:
         raise ValueError(f"live summary of {len(data)} bytes over {LIVE_MAX_BYTES}")
-    paths.create_live_dir(gid)
     mode = LIVE_GROUP_MODE if gid is not None else LIVE_MODE
-    write_atomic(paths.live, data, mode=mode, gid=gid)
+    if dirs_made:
+        try:
+            write_atomic(paths.live, data, mode=mode, gid=gid, sync=False)
+            return
+        except FileNotFoundError:
+            pass  # the directory was removed (the epilog's remove_live): make it again
+    paths.create_live_dir(gid)
+    write_atomic(paths.live, data, mode=mode, gid=gid, sync=False)
 
 
 def private_group_of(uid: int | None) -> int | None:

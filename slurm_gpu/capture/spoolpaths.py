@@ -203,11 +203,15 @@ def ensure_dir_at(parent: str, name: str, mode: int, *, gid: int | None = None) 
 # --------------------------------------------------------------------------- atomic files
 
 
-def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, gid: int | None = None) -> None:
+def write_atomic(
+    path: str, data: bytes, *, mode: int = FILE_MODE, gid: int | None = None, sync: bool = True
+) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory, fsync, rename.
 
     Readers see the old file or the new one, never a part. The file stays the writer's;
-    ``gid`` sets its group (root only). Raises ``OSError``.
+    ``gid`` sets its group (root only). ``sync=False`` leaves out the fsync, for a file
+    that need not survive a crash of the machine (it only orders the data before the
+    rename on disk; running readers never see a part either way). Raises ``OSError``.
     """
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -218,7 +222,8 @@ def write_atomic(path: str, data: bytes, *, mode: int = FILE_MODE, gid: int | No
             if gid is not None:
                 os.fchown(fd, -1, gid)
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -88,6 +88,7 @@ from slurm_gpu.collector.sealedfiles import (
 from slurm_gpu.collector.statedir import open_state_dir
 from slurm_gpu.collector.steps import _parts, analysed_bundle, publish_stored, telemetry_status
 from slurm_gpu.collector.tally import CollectorOptions, CollectReport, PassTally
+from slurm_gpu.collector.tidy import DirRemover
 from slurm_gpu.errors import AccountingError, SpoolFormatError
 from slurm_gpu.gcpace import fewer_collections
 from slurm_gpu.records import JobRecord, NodeRecord
@@ -158,6 +159,8 @@ class Collector:
         self._state_fd: int | None = None
         self._done_index: dict[str, list[str]] = {}
         """Per job id, the names of its records in flat ``done/`` when the pass began."""
+        self._tidy = DirRemover(spool_dir)
+        """Removes the emptied spool job directories while the pass goes on (``tidy``)."""
 
     # ----------------------------------------------------------------- the pass
 
@@ -189,8 +192,11 @@ class Collector:
                     wanted, missing_pass=missing_pass and job_id is None and only is None
                 )
             finally:
-                if self.reports is not None:
-                    self.reports.flush()  # the pass ends when its report files are written
+                try:
+                    if self.reports is not None:
+                        self.reports.flush()  # the pass ends when its report files are written
+                finally:
+                    self._tidy.close()  # and when its emptied job directories are removed
                 os.close(self._state_fd)
                 self._state_fd = None
 
@@ -235,34 +241,48 @@ class Collector:
             batches = iter([ids[i : i + size] for i in range(0, len(ids), size)])
         for chunk in batches:
             try:
-                jobs = self.accounting.get_jobs(chunk)
-            except AccountingError as exc:
-                msg = f"accounting query for {len(chunk)} job(s) failed: {exc}"
-                log.error("%s; they stay in the spool", msg)
-                acc.errors.append(msg)
-                continue
-            bundles = []
-            for jid in chunk:
-                bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
-                if bundle is not None:
-                    bundles.append(bundle)
-            if self.inbox is not None:
-                bundles = self._keep_inbox_records(bundles, pending)
-            if not bundles:
-                continue
-            stored: list[JobBundle] = []
-            try:
-                for part in _parts(bundles, self._part_jobs()):
-                    self._store(part, pending, now, acc)
-                    stored += part
+                self._batch(chunk, pending, now, acc)
             finally:
-                # AdminComment once per batch, after its parts are stored and moved (those
-                # stored before a store error too: they have left the spool).
-                if stored:
-                    publish_stored(stored, self.admin_comment, None, acc)
+                # The batch's records are stored or left for a later pass: the rest of the
+                # pass needs only their job ids. Kept, they would grow the heap that every
+                # full garbage collection of the pass scans (``gcpace``).
+                for jid in chunk:
+                    pending[jid].nodes = []
         if missing_pass:
             self._missing_pass(now, set(pending), acc)
         return acc.report()
+
+    def _batch(
+        self, chunk: list[str], pending: dict[str, _Pending], now: float, acc: PassTally
+    ) -> None:
+        """One accounting batch: its query, then its jobs prepared, stored in parts and
+        published."""
+        try:
+            jobs = self.accounting.get_jobs(chunk)
+        except AccountingError as exc:
+            msg = f"accounting query for {len(chunk)} job(s) failed: {exc}"
+            log.error("%s; they stay in the spool", msg)
+            acc.errors.append(msg)
+            return
+        bundles = []
+        for jid in chunk:
+            bundle = self._prepare(pending[jid], jobs.get(jid), now, acc)
+            if bundle is not None:
+                bundles.append(bundle)
+        if self.inbox is not None:
+            bundles = self._keep_inbox_records(bundles, pending)
+        if not bundles:
+            return
+        stored: list[JobBundle] = []
+        try:
+            for part in _parts(bundles, self._part_jobs()):
+                self._store(part, pending, now, acc)
+                stored += part
+        finally:
+            # AdminComment once per batch, after its parts are stored and moved (those
+            # stored before a store error too: they have left the spool).
+            if stored:
+                publish_stored(stored, self.admin_comment, None, acc)
 
     def _part_jobs(self) -> int:
         """Jobs per store transaction: with the report step, ``REPORT_PART_JOBS`` (each part's
@@ -646,9 +666,9 @@ class Collector:
                     name, src_fd=src, dst_fd=dest, dst_name=kept, max_bytes=MAX_RECORD_BYTES
                 )
                 _touch(kept, dest)
-            with contextlib.suppress(OSError):
-                # Only when empty: other nodes' files may still be arriving.
-                os.rmdir(p.job_id, dir_fd=top)
+        # Only when empty (other nodes' files may still be arriving), and on the remover's
+        # thread: a removal can wait for the disk (``tidy``).
+        self._tidy.remove(p.job_id)
 
     def _prune_done(self, now: float) -> dict[str, list[str]]:
         """Delete the files (and the job directories of earlier collectors) in ``done/`` older

@@ -52,6 +52,15 @@ class TelemetrySettings:
     checkpoint_interval_s: float = setting(
         60.0, "Seconds between sampler checkpoints (bounds epilog recovery).", min=1, max=86400
     )
+    counters_interval_s: float = setting(
+        60.0,
+        "Seconds between two reads of the cumulative counters that cost milliseconds per GPU "
+        "in the driver (NVML: total energy, power and thermal violation times, PCIe and ECC "
+        "totals); they are also read at a GPU's first reading and when the sampler seals, so "
+        "job totals stay exact. 0: at every reading.",
+        min=0,
+        max=86400,
+    )
 
 
 @dataclass(frozen=True)

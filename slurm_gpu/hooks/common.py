@@ -16,6 +16,8 @@ import re
 import socket
 from dataclasses import dataclass
 
+from slurm_gpu.capture.spoolpaths import process_start_ticks
+
 LOGGER_NAME = "slurm_gpu"
 _SAFE = re.compile(r"[^A-Za-z0-9_.,:+-]")
 
@@ -182,27 +184,55 @@ def job_stepd_running(job_id: str, proc_root: str = "/proc") -> bool:
     ``slurmstepd`` whose command line is ``slurmstepd: [<id>.<step>]`` (a user cannot give
     a root process a name). Every step of a running job, the extern and batch steps included,
     has one. Lists /proc once: for the rare case of a GPU still claimed by another job."""
+    return bool(job_stepds(job_id, proc_root, first_only=True))
+
+
+def job_stepds(
+    job_id: str, proc_root: str = "/proc", *, first_only: bool = False, owner_uid: int = 0
+) -> dict[int, int]:
+    """The slurmstepds of ``job_id`` running on this node (as ``job_stepd_running`` tells
+    them, owned by ``owner_uid``): pid -> start time in clock ticks, which with the pid names
+    the process even after the pid is reused. Lists /proc once; each entry costs one small
+    read of its ``comm`` (by ``os.read``, no file object), the rare slurmstepd two more."""
     prefixes = (f"slurmstepd: [{job_id}.".encode(), f"slurmstepd: [{job_id}]".encode())
     try:
         names = os.listdir(proc_root)
     except OSError:
-        return False
+        return {}
+    found: dict[int, int] = {}
     for name in names:
         if not name.isdigit():
             continue
         path = f"{proc_root}/{name}"
+        comm = _read_small(f"{path}/comm", 64)
+        if comm is None or comm.rstrip(b"\n") != b"slurmstepd":
+            continue
         try:
-            with open(f"{path}/comm", "rb") as fh:
-                if fh.read(64).rstrip(b"\n") != b"slurmstepd":
-                    continue
-            if os.stat(path).st_uid != 0:
+            if os.stat(path).st_uid != owner_uid:
                 continue
-            with open(f"{path}/cmdline", "rb") as fh:
-                if fh.read(4096).startswith(prefixes):
-                    return True
         except OSError:
             continue
-    return False
+        cmdline = _read_small(f"{path}/cmdline", 4096)
+        start = process_start_ticks(int(name), proc_root)
+        if cmdline is None or not cmdline.startswith(prefixes) or start is None:
+            continue
+        found[int(name)] = start
+        if first_only:
+            break
+    return found
+
+
+def _read_small(path: str, limit: int) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def job_cgroup_populated(job_id: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:

@@ -62,8 +62,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 #: no epilog stopped takes its job for ended: Slurm's ``OverTimeLimit`` and a slow epilog fit
 #: well within it.
 END_MARGIN_S = 3600.0
-#: Least seconds between two looks for the job's slurmstepd (one listing of /proc each).
+#: Least seconds between two looks for the job's slurmstepd.
 STEPD_CHECK_S = 60.0
+
+
+class StepdWatch:
+    """Whether a slurmstepd of the job runs (``JobLifeBound``'s default look): the job's
+    slurmstepds once seen are remembered by pid and start time and looked at first, one
+    ``/proc/<pid>/stat`` read each; /proc is listed (a small read per process of the node)
+    only while none was seen or once every one seen has exited. The answer is the listing's:
+    a remembered slurmstepd still running is one of the job's."""
+
+    def __init__(self, proc_root: str = "/proc", *, owner_uid: int = 0) -> None:
+        self.proc_root = proc_root
+        self.owner_uid = owner_uid
+        self.known: dict[int, int] = {}
+        self.listings = 0
+        """Times /proc was listed."""
+
+    def __call__(self, job_id: str) -> bool:
+        from slurm_gpu.capture.spoolpaths import process_start_ticks
+        from slurm_gpu.hooks.common import job_stepds
+
+        for pid, start in self.known.items():
+            if process_start_ticks(pid, self.proc_root) == start:
+                return True
+        self.listings += 1
+        self.known = job_stepds(job_id, self.proc_root, owner_uid=self.owner_uid)
+        return bool(self.known)
 
 
 class JobLifeBound:
@@ -83,13 +109,11 @@ class JobLifeBound:
         clock: Callable[[], float] = time.time,
         stepd_running: Callable[[str], bool] | None = None,
     ) -> None:
-        from slurm_gpu.hooks.common import job_stepd_running
-
         self.host = host
         self.job_id = job_id
         self.end_time_s = end_time_s
         self._clock = clock
-        self._stepd_running = stepd_running or job_stepd_running
+        self._stepd_running = stepd_running or StepdWatch()
         self._stepd_seen = False
         self._stepd_gone = False
         self._last_look = -1e18

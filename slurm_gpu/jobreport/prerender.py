@@ -25,8 +25,8 @@ from slurm_gpu.jobreport.renderpool import RenderPool
 from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
 from slurm_gpu.jobreport.storedreports import StoredReportRenderer, eligible
 from slurm_gpu.records import JobRecord
+from slurm_gpu.store.rows import CachedReport
 from slurm_gpu.store.sqlite_reader import SqliteReader
-from slurm_gpu.store.store import CachedReport
 
 log = logging.getLogger("slurm_gpu.prerender")
 

@@ -38,7 +38,7 @@ from typing import IO
 from slurm_gpu.config import Settings
 from slurm_gpu.jobreport.renderworker import BOOT
 from slurm_gpu.records import JobRecord
-from slurm_gpu.store.store import CachedReport
+from slurm_gpu.store.rows import CachedReport
 
 log = logging.getLogger("slurm_gpu.prerender")
 

@@ -27,9 +27,8 @@ from slurm_gpu.jobreport.reportfiles import reports_root
 from slurm_gpu.jobreport.reportwriter import ReportFile, ReportFileWriter
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import JobRecord
-from slurm_gpu.store.rows import StoredJob
+from slurm_gpu.store.rows import CachedReport, StoredJob
 from slurm_gpu.store.sqlite_reader import SqliteReader, Timelines, sqlite_path
-from slurm_gpu.store.store import CachedReport
 
 log = logging.getLogger("slurm_gpu.prerender")
 

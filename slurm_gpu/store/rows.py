@@ -30,6 +30,20 @@ from slurm_gpu.store.actionrows import LiveAction, action_from_row
 
 
 @dataclass(frozen=True, slots=True)
+class CachedReport:
+    """One job's ``gpueff`` report as rendered at collection (``schema.job_reports``). Here,
+    not in ``store``: the report worker and ``gpueff`` use it without importing SQLAlchemy."""
+
+    job_id: str
+    typed_id: str
+    render_key: str
+    plain: str
+    colour: str
+    rendered_at_s: float
+    """When it was rendered, seconds since the epoch."""
+
+
+@dataclass(frozen=True, slots=True)
 class StoredFinding:
     """A finding as stored: evidence and recommendation are decoded JSON."""
 

@@ -40,6 +40,7 @@ from slurm_gpu.records import (
     Tres,
 )
 from slurm_gpu.store import codec, migrations, rows, schema
+from slurm_gpu.store.rows import CachedReport as CachedReport
 from slurm_gpu.store.rows import StoredFinding as StoredFinding
 from slurm_gpu.store.rows import StoredJob as StoredJob
 from slurm_gpu.store.schema import (
@@ -83,19 +84,6 @@ class JobBundle:
     findings: tuple[FindingLike, ...] = ()
     analysis_version: str | None = None
     """Version of the analysis that produced ``findings``; ``None`` when none ran."""
-
-
-@dataclass(frozen=True, slots=True)
-class CachedReport:
-    """One job's ``gpueff`` report as rendered at collection (``schema.job_reports``)."""
-
-    job_id: str
-    typed_id: str
-    render_key: str
-    plain: str
-    colour: str
-    rendered_at_s: float
-    """When it was rendered, seconds since the epoch."""
 
 
 @dataclass(frozen=True, slots=True)

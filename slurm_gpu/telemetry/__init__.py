@@ -7,11 +7,19 @@ configured for virtual GPUs, nor by anything that merely imports ``slurm_gpu``.
 
 from __future__ import annotations
 
-from slurm_gpu.config import Settings
+from slurm_gpu.config import Settings, TelemetrySettings
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.telemetry.base import CounterSource, TelemetrySource
 
-__all__ = ["TelemetrySource", "open_source"]
+__all__ = ["CounterSource", "TelemetrySource", "counters_every", "open_source"]
+
+
+def counters_every(telemetry: TelemetrySettings) -> int:
+    """At how many readings in one the costly cumulative counters are read: the readings in
+    ``counters_interval_s`` (at least 1; 1 when it is 0 or not above ``interval_s``)."""
+    if telemetry.counters_interval_s <= telemetry.interval_s:
+        return 1
+    return max(1, round(telemetry.counters_interval_s / telemetry.interval_s))
 
 
 def open_source(settings: Settings) -> TelemetrySource:
@@ -25,7 +33,7 @@ def open_source(settings: Settings) -> TelemetrySource:
     if backend == "nvml":
         from slurm_gpu.telemetry.nvml import NvmlSource
 
-        return NvmlSource()
+        return NvmlSource(counters_every=counters_every(settings.telemetry))
     if backend == "virtual":
         from slurm_gpu.telemetry.virtual import VirtualGpuSource
 

@@ -68,3 +68,16 @@ def slurm_gpu_index(gpu: GpuInfo, gpus: Sequence[GpuInfo]) -> int | None:
     if all(g.minor_number is None for g in gpus if g.parent_uuid is None):
         return gpu.index
     return None
+
+
+@runtime_checkable
+class CounterSource(Protocol):
+    """A source that reads some cumulative counters (energy, ECC totals, violation times) at
+    fewer readings than the rest, and reads them on request so that totals are exact at the
+    end: the sampler calls ``read_counters`` when it seals. A source that reads everything at
+    every reading does not implement it."""
+
+    def read_counters(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
+        """Each GPU's cumulative counters read now (the other fields ``None``), in order;
+        ``available=False`` for a GPU that cannot be read. Never raises."""
+        ...

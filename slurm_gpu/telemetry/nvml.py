@@ -17,6 +17,12 @@ No pynvml exception leaves this module. MIG slices are GPUs of their own: their 
 processes, GPM activity and XIDs, never the parent's aggregate. ``list_gpus`` only
 enumerates (the prolog needs no more); event registration and GPM support are set up by the
 first ``sample`` of the GPUs actually read.
+
+The cumulative counters whose driver calls cost milliseconds (total energy, the power and
+thermal violation times, the PCIe byte and ECC totals) are read at one reading of a GPU in
+``counters_every`` and at its first, and ``read_counters`` reads them once more when the
+sampler seals: a job's totals are differences of two reads, so they come out as if read at
+every reading. The readings between leave those fields ``None``.
 """
 
 from __future__ import annotations
@@ -44,8 +50,16 @@ from slurm_gpu.telemetry.nvml_calls import (
     parse_driver_version,
     pynvml_errors,
 )
-from slurm_gpu.telemetry.nvml_fields import FIELDS, REQUEST, decode
-from slurm_gpu.telemetry.nvml_samples import SampleCursor
+from slurm_gpu.telemetry.nvml_fields import (
+    AT_SEAL,
+    EVERY_READING,
+    FIELDS,
+    REQUEST,
+    REQUEST_AT_SEAL,
+    REQUEST_EVERY_READING,
+    decode,
+)
+from slurm_gpu.telemetry.nvml_samples import SampleBuffer, SampleCursor, fetch
 
 _KIB = 1024
 _MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
@@ -85,24 +99,26 @@ METRICS: tuple[Metric, ...] = (
            "nvmlDeviceGetMemoryInfo_v2 (v1 before R510)", "bytes"),
     Metric(("power_w",), "field NVML_FI_DEV_POWER_AVERAGE (nvmlDeviceGetPowerUsage before R530)",
            "W (from mW)"),
-    Metric(("energy_mj",), "field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ"),
+    Metric(("energy_mj",), "field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counters' cadence)",
+           "mJ"),
     Metric(("sm_clock_mhz",), "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)", "MHz"),
     Metric(("memory_clock_mhz",), "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", "MHz"),
     Metric(("throttle_reasons",),
            "nvmlDeviceGetCurrentClocksEventReasons (…ThrottleReasons before R535)", "bitmask"),
     Metric(("violation_power_ns", "violation_thermal_ns"),
-           "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER / _THERMAL), physical GPU",
-           "ns, cumulative"),
+           "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER / _THERMAL), physical GPU, "
+           "counters' cadence", "ns, cumulative"),
     Metric(("temperature_c",), "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", "°C"),
     Metric(("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
-           "fields NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES (delta over the interval)", "bytes/s"),
+           "fields NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES (delta since the previous read, at the "
+           "counters' cadence)", "bytes/s"),
     Metric(("nvlink_tx_bytes", "nvlink_rx_bytes"),
            "fields NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX", "bytes (from KiB), cumulative"),
     Metric(("ecc_corrected_total", "ecc_uncorrected_total"),
-           "fields NVML_FI_DEV_ECC_SBE/DBE_VOL_TOTAL", "count"),
+           "fields NVML_FI_DEV_ECC_SBE/DBE_VOL_TOTAL (counters' cadence)", "count"),
     Metric(("processes",), "nvmlDeviceGetComputeRunningProcesses_v3/_v2/v1", "pid, bytes"),
-    Metric(("utilization_samples_pct",), "nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)",
-           "%"),
+    Metric(("utilization_samples_pct",),
+           "nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES), one C call", "%"),
     Metric(("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct"),
            "nvmlGpmSampleGet / nvmlGpmMigSampleGet + nvmlGpmMetricsGet", "%"),
     Metric(("xid_events",), "nvmlEventSetWait_v2 (nvmlEventTypeXidCriticalError)", "XID"),
@@ -132,6 +148,9 @@ class _Device:
     gpu_instance_id: int = NO_ID
     compute_instance_id: int = NO_ID
     cursor: SampleCursor = field(default_factory=SampleCursor)
+    samples: SampleBuffer = field(default_factory=SampleBuffer)
+    counters_wait: int = 0
+    """Readings to go before the cumulative counters are read again (0: at the next)."""
     gpm: bool | None = None
     """GPM support, asked on the first reading (``None`` until then)."""
     gpm_samples: list[Any] = field(default_factory=list)
@@ -168,7 +187,10 @@ class NvmlSource:
         wall_clock: Callable[[], float] = time.time,
         rescan_interval_s: float = 60.0,
         reinit_interval_s: float = 30.0,
+        counters_every: int = 1,
     ) -> None:
+        self.counters_every = max(1, int(counters_every))
+        """The cumulative counters are read at one reading of a GPU in this many."""
         self._nv: ModuleType | None = None
         self._errors: tuple[type[BaseException], ...] = ()
         self._clock = clock
@@ -271,6 +293,7 @@ class NvmlSource:
         for gpu_uuid, dev in self._devices.items():  # keep cursors and counters: same job
             if gpu_uuid in old:
                 dev.cursor, dev.pcie_last = old[gpu_uuid].cursor, old[gpu_uuid].pcie_last
+                dev.samples = old[gpu_uuid].samples
         return True
 
     # ----------------------------------------------------------------- calls
@@ -506,7 +529,8 @@ class NvmlSource:
         memory = self._memory(h)
         if memory is not None:
             values["memory_used_bytes"], values["memory_total_bytes"] = memory
-        self._fields(dev, values)
+        counters = dev.counters_wait <= 0
+        self._fields(dev, values, counters)
         if not dev.is_mig:  # MIG slices answer NOT_SUPPORTED or INVALID_ARGUMENT to these
             rates = self._try(nv.nvmlDeviceGetUtilizationRates, h)
             if rates is not None:
@@ -527,7 +551,10 @@ class NvmlSource:
             values["processes"] = procs
         if not values:
             return None  # not one field: the GPU (or slice handle) is not answering
-        values.update(self._violations(dev.parent or dev))
+        if counters:
+            values.update(self._violations(dev.parent or dev))
+            dev.counters_wait = self.counters_every
+        dev.counters_wait -= 1
         if not dev.is_mig:
             values["utilization_samples_pct"] = self._util_samples(dev)
         values.update(self._gpm(dev))
@@ -548,10 +575,12 @@ class NvmlSource:
         info = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
         return (int(info.used), int(info.total)) if info is not None else None
 
-    def _fields(self, dev: _Device, values: dict[str, Any]) -> None:
+    def _fields(self, dev: _Device, values: dict[str, Any], counters: bool) -> None:
+        """The field batch: every field when ``counters``, else those of every reading."""
         nv = self._lib()
-        raw = self._try(nv.nvmlDeviceGetFieldValues, dev.handle, REQUEST)
-        reading = decode(raw) if raw is not None else None
+        fields, request = (FIELDS, REQUEST) if counters else (EVERY_READING, REQUEST_EVERY_READING)
+        raw = self._try(nv.nvmlDeviceGetFieldValues, dev.handle, request)
+        reading = decode(raw, fields) if raw is not None else None
         got = reading.values if reading is not None else {}
         stamps = reading.timestamp_us if reading is not None else {}
         if "energy_mj" in got:
@@ -571,7 +600,7 @@ class NvmlSource:
         ):
             if key in got:
                 values[name] = int(got[key]) * _KIB
-        if dev.is_mig:
+        if dev.is_mig or not counters:
             return  # PCIe belongs to the physical GPU, shared by every slice
         if "pcie_tx_bytes" in got and "pcie_rx_bytes" in got:
             for key, name in (("pcie_tx_bytes", "pcie_tx_bytes_per_s"),
@@ -581,7 +610,8 @@ class NvmlSource:
                 if rate is not None:
                     values[name] = rate
             return
-        # Before the byte counters: a 20 ms snapshot per direction (NVML's own words).
+        # Before the byte counters: a 20 ms snapshot per direction (NVML's own words), at the
+        # counters' cadence too.
         for counter, name in ((0, "pcie_tx_bytes_per_s"), (1, "pcie_rx_bytes_per_s")):
             kbs = self._try(nv.nvmlDeviceGetPcieThroughput, dev.handle, counter)
             if kbs is not None:
@@ -620,6 +650,39 @@ class NvmlSource:
         physical.violation_policies = tuple(keep)
         return out
 
+    def read_counters(self, uuids: Sequence[str]) -> Sequence[GpuSample]:
+        """The cumulative totals of each GPU read now, whatever the cadence: energy, ECC
+        totals and the violation times (a MIG slice: its GPU's); every other field ``None``,
+        ``available=False`` for a GPU that is lost or unknown. The sampler calls it when it
+        seals, so that the job's totals run to its end. Never initialises NVML or
+        enumerates: before any reading there is nothing to close."""
+        now = self._wall()
+        out = []
+        nv = self._nv
+        for gpu_uuid in uuids:
+            dev = self._lookup(gpu_uuid) if nv is not None and self._enumerated else None
+            got = None
+            if dev is not None:
+                with contextlib.suppress(GpuLost, DriverGone):
+                    got = self._counters_of(dev, gpu_uuid, now)
+            out.append(got or GpuSample(uuid=gpu_uuid, time_s=now, available=False))
+        return out
+
+    def _counters_of(self, dev: _Device, gpu_uuid: str, now: float) -> GpuSample:
+        nv = self._lib()
+        values: dict[str, Any] = {}
+        raw = self._try(nv.nvmlDeviceGetFieldValues, dev.handle, REQUEST_AT_SEAL)
+        got = decode(raw, AT_SEAL).values if raw is not None else {}
+        for key, name in (
+            ("energy_mj", "energy_mj"),
+            ("ecc_corrected", "ecc_corrected_total"),
+            ("ecc_uncorrected", "ecc_uncorrected_total"),
+        ):
+            if key in got:
+                values[name] = int(got[key])
+        values.update(self._violations(dev.parent or dev))
+        return GpuSample(uuid=gpu_uuid, time_s=now, **values)
+
     def _processes(self, dev: _Device) -> tuple[GpuProcess, ...] | None:
         """The slice's or GPU's own compute processes; ``None`` when unreadable."""
         nv = self._lib()
@@ -639,7 +702,7 @@ class NvmlSource:
         nv = self._lib()
         now_us = int(self._wall() * 1_000_000)
         since = dev.cursor.since(now_us)
-        got = self._try(nv.nvmlDeviceGetSamples, dev.handle, 1, since)  # GPU_UTILIZATION
+        got = self._try(fetch, nv, dev.handle, 1, since, dev.samples)  # GPU_UTILIZATION
         if not got:
             return ()  # not supported, or NOT_FOUND: no new samples
         value_type, samples = got

@@ -3,6 +3,14 @@
 Each id is nvml.h's ``NVML_FI_*`` number (ABI-stable; older pynvml releases lack some of the
 names). A field the driver does not know answers NOT_SUPPORTED in its own slot and leaves
 its ``GpuSample`` field ``None``; the others in the batch are unaffected.
+
+Two batches: ``FIELDS``, every field, at the readings that also read the cumulative counters
+(``NvmlSource``'s ``counters_every``), and ``EVERY_READING``, the fields read at every
+reading. The cumulative totals (energy, ECC, PCIe bytes) are left out of the latter: the
+total-energy field alone costs about 4 ms on an H100 and the PCIe byte counters about 0.5 ms
+each, against 0.07 ms for the power average (docs/performance.md), and their job totals are
+differences of two reads. NVLink stays in every reading: its bytes are split by whether the
+reading was idle.
 """
 
 from __future__ import annotations
@@ -40,7 +48,22 @@ FIELDS: tuple[Field, ...] = (
     Field("pcie_rx_bytes", 198, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", "bytes, cumulative"),
 )  # fmt: skip
 
-REQUEST: list[tuple[int, int]] = [(f.field_id, f.scope) for f in FIELDS]
+#: Keys read at every reading (the others at the counters' cadence).
+EVERY_READING_KEYS = frozenset({"power_mw", "nvlink_tx_kib", "nvlink_rx_kib"})
+EVERY_READING: tuple[Field, ...] = tuple(f for f in FIELDS if f.key in EVERY_READING_KEYS)
+#: The totals read when the sampler seals (``NvmlSource.read_counters``).
+SEAL_KEYS = frozenset({"energy_mj", "ecc_corrected", "ecc_uncorrected"})
+AT_SEAL: tuple[Field, ...] = tuple(f for f in FIELDS if f.key in SEAL_KEYS)
+
+
+def request_of(fields: tuple[Field, ...]) -> list[tuple[int, int]]:
+    """pynvml's ``nvmlDeviceGetFieldValues`` argument for ``fields``."""
+    return [(f.field_id, f.scope) for f in fields]
+
+
+REQUEST = request_of(FIELDS)
+REQUEST_EVERY_READING = request_of(EVERY_READING)
+REQUEST_AT_SEAL = request_of(AT_SEAL)
 
 #: nvml.h value types -> the member of the value union that holds it.
 _UNION = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -54,11 +77,11 @@ class FieldReading:
     timestamp_us: dict[str, int]
 
 
-def decode(raw: Any) -> FieldReading:
-    """Read pynvml's ``c_nvmlFieldValue_t`` array in ``FIELDS`` order."""
+def decode(raw: Any, fields: tuple[Field, ...] = FIELDS) -> FieldReading:
+    """Read pynvml's ``c_nvmlFieldValue_t`` array, asked in ``fields`` order."""
     values: dict[str, float] = {}
     stamps: dict[str, int] = {}
-    for spec, entry in zip(FIELDS, raw, strict=False):
+    for spec, entry in zip(fields, raw, strict=False):
         if int(entry.nvmlReturn) != SUCCESS:
             continue
         member = _UNION.get(int(entry.valueType), "ullVal")

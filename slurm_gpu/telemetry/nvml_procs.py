@@ -6,8 +6,9 @@ sizes the ``_v3`` entries for one driver family only, while drivers 535.43–535
 32-byte entries (``usedGpuCcProtectedMemory``) and all others 24. Reading 32-byte entries
 with a 24-byte stride (or the reverse) turns every pid after the first into garbage. So, as
 nvitop does, the call is chosen by what the driver exports (``_v3``, then ``_v2``, then the
-unversioned v1) and the entry size by the driver version, and the two-call size protocol is
-run here through pynvml's function lookup.
+unversioned v1) and the entry size by the driver version, and the size protocol is run here
+through pynvml's function lookup: the first call already passes room for ``FIRST_ENTRIES``
+processes, so a GPU with no more than that takes one C call per reading, not two.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from slurm_gpu.telemetry.nvml_calls import INSUFFICIENT_SIZE, NO_ID, SUCCESS
 
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _MAX_TRIES = 3
+FIRST_ENTRIES = 16
+"""Processes the first call has room for (more: the driver says how many, and a second call
+reads them)."""
 
 
 class _V1(ctypes.Structure):
@@ -67,19 +71,16 @@ def running_processes(
 ) -> tuple[RawProcess, ...]:
     """One process list through the C entry point ``name``; raises pynvml's NVMLError."""
     fn = nv._nvmlGetFunctionPointer(name)  # raises NVMLError(FUNCTION_NOT_FOUND) if absent
-    count = ctypes.c_uint(0)
-    ret = fn(handle, ctypes.byref(count), None)
+    size = FIRST_ENTRIES
     for _ in range(_MAX_TRIES):
-        if ret == SUCCESS:
-            return ()
-        if ret != INSUFFICIENT_SIZE:
-            raise nv.NVMLError(ret)
-        size = count.value * 2 + 5  # room for processes started between the two calls
         entries = (struct * size)()
         count = ctypes.c_uint(size)
         ret = fn(handle, ctypes.byref(count), entries)
         if ret == SUCCESS:
             return tuple(_convert(entries[i]) for i in range(min(count.value, size)))
+        if ret != INSUFFICIENT_SIZE:
+            raise nv.NVMLError(ret)
+        size = count.value * 2 + 5  # room for processes started between the two calls
     raise nv.NVMLError(ret)
 
 

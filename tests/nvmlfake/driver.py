@@ -145,6 +145,7 @@ class FakeDriver:
         lib.fake_calls.restype = c.c_longlong
         lib.fake_gpm_live.restype = c.c_longlong
         lib.fake_call_name.argtypes = [c.c_int, c.c_char_p, c.c_uint, c.POINTER(c.c_longlong)]
+        lib.fake_batch_name.argtypes = [c.c_int, c.c_char_p, c.c_uint, c.POINTER(c.c_longlong)]
 
     def load(self) -> None:
         """(Re)load the profile into the library: the state of a freshly booted node."""
@@ -243,6 +244,22 @@ class FakeDriver:
             out[buf.value.decode()] = n.value
             i += 1
         return out
+
+    def field_batches(self) -> dict[tuple[int, ...], int]:
+        """``nvmlDeviceGetFieldValues`` calls by the field ids they asked (in their order)."""
+        out: dict[tuple[int, ...], int] = {}
+        buf = ctypes.create_string_buffer(160)
+        n = ctypes.c_longlong()
+        i = 0
+        while self.lib.fake_batch_name(i, buf, 160, ctypes.byref(n)) == 0:
+            text = buf.value.decode()
+            out[tuple(int(f) for f in text.split(",")) if text else ()] = n.value
+            i += 1
+        return out
+
+    def field_reads(self, field_id: int) -> int:
+        """How many ``nvmlDeviceGetFieldValues`` calls asked for ``field_id``."""
+        return sum(n for ids, n in self.field_batches().items() if field_id in ids)
 
     def reset_calls(self) -> None:
         self.lib.fake_reset_calls()

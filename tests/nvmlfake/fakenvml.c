@@ -3,7 +3,8 @@
  * through the fake_* control functions (tests/nvmlfake/driver.py loads a JSON driver profile
  * into it). Functions a driver branch lacks are left out of the symbol table by a linker
  * version script, so pynvml meets them exactly as on that driver (FUNCTION_NOT_FOUND).
- * Every nvml* entry point counts its calls, for the calls-per-reading benchmark.
+ * Every nvml* entry point counts its calls, for the calls-per-reading benchmark, and each
+ * nvmlDeviceGetFieldValues call also counts its batch (the field ids it asked, in order).
  * Not thread-safe: one reader at a time, like the sampler. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ enum {
 #define MAXEVENTS 256
 #define MAXSETS 16
 #define MAXCALLS 128
+#define MAXBATCHES 32
 #define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
 
 struct handle { int dev; unsigned gen; unsigned dgen; };
@@ -59,6 +61,7 @@ struct event { int dev; unsigned long long type, data; unsigned gi, ci; };
 struct eventset { int alive; int reg[MAXDEV]; };
 struct gpm_sample { int dev; unsigned gi; unsigned long long ts; int filled; };
 struct call { const char *name; long long n; };
+struct batch { char ids[160]; long long n; };
 
 static struct device devs[MAXDEV];
 static int ndev;
@@ -76,6 +79,9 @@ static struct eventset sets[MAXSETS];
 static long long gpm_live;
 static struct call calls[MAXCALLS];
 static int ncalls;
+static struct batch batches[MAXBATCHES];
+static int nbatches;
+static int samples_partial;  /* nvmlDeviceGetSamples fills what fits instead of failing */
 static int absent_fields[64];
 static int nabsent_fields;
 
@@ -83,6 +89,17 @@ static void count(const char *name) {
     for (int i = 0; i < ncalls; i++)
         if (calls[i].name == name || strcmp(calls[i].name, name) == 0) { calls[i].n++; return; }
     if (ncalls < MAXCALLS) { calls[ncalls].name = name; calls[ncalls].n = 1; ncalls++; }
+}
+
+/* Count one field batch by its ids ("83,185,..."), so tests see which fields were read. */
+static void count_batch(int n, const unsigned *ids, size_t stride) {
+    char key[160]; size_t len = 0; key[0] = 0;
+    for (int i = 0; i < n && len + 12 < sizeof key; i++)
+        len += (size_t)snprintf(key + len, sizeof key - len, i ? ",%u" : "%u",
+                                *(const unsigned *)((const char *)ids + (size_t)i * stride));
+    for (int i = 0; i < nbatches; i++)
+        if (strcmp(batches[i].ids, key) == 0) { batches[i].n++; return; }
+    if (nbatches < MAXBATCHES) { strcpy(batches[nbatches].ids, key); batches[nbatches].n = 1; nbatches++; }
 }
 
 static int find_fail(struct device *d, const char *fn) {
@@ -131,7 +148,8 @@ static void copy_str(char *dst, unsigned len, const char *src) {
 API void fake_reset(void) {
     memset(devs, 0, sizeof devs); ndev = 0; gen = 1; inited = 0; stale_code = E_GPU_IS_LOST;
     init_code = OK; proc_v3_bytes = 24; event_wait_code = OK; nevents = 0;
-    memset(sets, 0, sizeof sets); gpm_live = 0; ncalls = 0; nabsent_fields = 0;
+    memset(sets, 0, sizeof sets); gpm_live = 0; ncalls = 0; nabsent_fields = 0; nbatches = 0;
+    samples_partial = 0;
     now_us = 1700000000000000ULL; strcpy(driver_version, "570.124.06");
 }
 API void fake_set_driver(const char *version) { copy_str(driver_version, sizeof driver_version, version); }
@@ -141,6 +159,7 @@ API void fake_set_global(const char *key, long long value) {
     else if (!strcmp(key, "proc_v3_bytes")) proc_v3_bytes = (int)value;
     else if (!strcmp(key, "event_wait_code")) event_wait_code = (int)value;
     else if (!strcmp(key, "now_us")) now_us = (unsigned long long)value;
+    else if (!strcmp(key, "samples_partial")) samples_partial = (int)value;
     else if (!strcmp(key, "absent_field") && nabsent_fields < 64) absent_fields[nabsent_fields++] = (int)value;
 }
 API int fake_add_device(int parent, const char *uuid, const char *name, int minor, int gi, int ci) {
@@ -198,7 +217,11 @@ API int fake_call_name(int i, char *buf, unsigned len, long long *n) {
     if (i < 0 || i >= ncalls) return -1;
     copy_str(buf, len, calls[i].name); *n = calls[i].n; return 0;
 }
-API void fake_reset_calls(void) { ncalls = 0; }
+API void fake_reset_calls(void) { ncalls = 0; nbatches = 0; }
+API int fake_batch_name(int i, char *buf, unsigned len, long long *n) {
+    if (i < 0 || i >= nbatches) return -1;
+    copy_str(buf, len, batches[i].ids); *n = batches[i].n; return 0;
+}
 API long long fake_gpm_live(void) { return gpm_live; }
 API int fake_registered(void) {
     int n = 0;
@@ -372,6 +395,7 @@ static int field(struct device *d, unsigned id, unsigned long long *out) {
 }
 API nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     DEV(h);
+    count_batch(n, &values[0].field_id, sizeof values[0]);
     for (int i = 0; i < n; i++) {
         struct field_value *f = &values[i];
         f->timestamp = (long long)now_us; f->latency_us = 0; f->value_type = 3; /* ULL */
@@ -417,9 +441,10 @@ API nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long sinc
     if (k == 0) return E_NOT_FOUND;
     *vtype = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
     if (out == NULL) { *n = k; return OK; }
-    if (*n < k) return E_INSUFFICIENT_SIZE;
-    unsigned j = 0;
-    for (int i = 0; i < d->nsample; i++)
+    if (*n < k && !samples_partial) return E_INSUFFICIENT_SIZE;
+    unsigned j = 0;  /* with samples_partial: the oldest that fit (NVML: "the number of entries
+                        which can be accommodated in the provided samples array") */
+    for (int i = 0; i < d->nsample && j < *n; i++)
         if (d->samples[i].ts > since) { out[j].ts = d->samples[i].ts; out[j].v.ull = 0; out[j].v.ui = d->samples[i].value; j++; }
     *n = j;
     return OK;

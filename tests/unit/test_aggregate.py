@@ -315,3 +315,29 @@ def test_a_checkpoint_without_memory_utilization_restores_and_counts_from_then()
     restored.add(1020.0, [sample], None)
     (gpu,) = restored.record(ended_s=1030.0, complete=True).gpus
     assert gpu.memory_utilization_mean_pct == 8.0
+
+
+def test_state_json_is_the_state_with_the_timeline_encoded_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A checkpoint of a long job was mostly the timeline's JSON (issue 29): the buckets that
+    # did not change since the last checkpoint are not encoded again, and the text is the
+    # same state, through compactions and a restore.
+    from slurm_gpu.capture.spool import read_state, write_state
+
+    agg = make(2, points=16)
+    for i in range(200):
+        util = float(i % 7) * 10.0
+        s = [GpuSample(uuid=u, time_s=0, utilization_pct=util, power_w=100.0 + i) for u in
+             ("GPU-0", "GPU-1")]  # fmt: skip
+        agg.add(1000.0 + 10 * i, s, host(1000.0 + 10 * i, float(i)))
+        if i % 6 == 0:
+            assert json.loads(agg.state_json()) == json.loads(json.dumps(agg.state()))
+    restored = NodeAggregator.from_state(json.loads(agg.state_json()))
+    assert json.loads(restored.state_json()) == json.loads(json.dumps(agg.state()))
+    path = str(tmp_path / "n1.state")
+    write_state(path, agg.state_json(), 77, ["a"])
+    state, offset, notes = read_state(path)
+    assert offset == 77 and notes == ["a"]
+    assert state == json.loads(json.dumps(agg.state()))
+    assert agg.record(ended_s=0, complete=True) == (
+        NodeAggregator.from_state(state).record(ended_s=0, complete=True)
+    )

@@ -199,3 +199,26 @@ def test_the_worker_is_isolated_and_handed_its_environment() -> None:
         "TZ": "Europe/Berlin",
     }
     assert "TZ" not in environment({})
+
+
+def test_the_worker_renders_without_sqlalchemy(state: Path, tmp_path: Path) -> None:
+    """The worker starts once per pass: SQLAlchemy (about 0.1 s of CPU to import, more than
+    rendering 50 reports) is the collector's, never the worker's."""
+    from slurm_gpu.jobreport.renderworker import BOOT
+
+    seen = tmp_path / "modules.txt"
+    spy = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(seen)!r}, 'w').write("
+        "' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('sqlalchemy', 'psycopg', 'numpy')))))\n"
+    )
+    cmd = worker_command()
+    cmd[3] = spy + BOOT
+    pool = RenderPool(_settings(state), command=cmd, unit_jobs=100)
+    assert pool.submit(_jobs(state))
+    with pool._cond:
+        pool._cond.wait_for(lambda: not pool._waiting, timeout=120)
+    pool.finish(lambda jobs: None)
+    assert len(pool.take_done()) == len(IDS)  # rendered in the worker
+    assert seen.read_text() == ""

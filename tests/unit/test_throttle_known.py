@@ -111,6 +111,73 @@ def test_throttle_known_time_survives_a_checkpoint() -> None:
     assert one.throttle_power_known_s == 10.0  # the second reading had neither for power
 
 
+def _agg() -> NodeAggregator:
+    return NodeAggregator(
+        job_id="1", hostname="n", uid=1, interval_s=10.0, source="nvml", gpus=[INFO], started_s=T0
+    )
+
+
+def _reading(agg: NodeAggregator, i: int, counter: int | None, reasons: int | None) -> None:
+    t = T0 + 10 * i
+    agg.add(
+        t,
+        [GpuSample(uuid="GPU-0", time_s=t, throttle_reasons=reasons, violation_power_ns=counter)],
+        None,
+    )
+
+
+def test_readings_without_the_counter_are_covered_by_the_next_one() -> None:
+    # The counters are read at one reading in three (issue 29): the two between hold their
+    # bitmasks (power cap set) until the next counter settles all three intervals: 6 s.
+    agg = _agg()
+    _reading(agg, 1, 10**12, 0)
+    _reading(agg, 2, None, THROTTLE_SW_POWER_CAP)
+    _reading(agg, 3, None, THROTTLE_SW_POWER_CAP)
+    pending = agg.record(ended_s=T0 + 30, complete=True).gpus[0]
+    assert (pending.throttle_power_s, pending.throttle_power_known_s) == (20.0, 30.0)
+    _reading(agg, 4, 10**12 + 6 * 10**9, 0)
+    g = agg.record(ended_s=T0 + 40, complete=True).gpus[0]
+    assert (g.throttle_power_s, g.throttle_power_known_s) == (6.0, 40.0)
+
+
+def test_pending_readings_survive_a_checkpoint() -> None:
+    agg = _agg()
+    _reading(agg, 1, 10**12, 0)
+    _reading(agg, 2, None, THROTTLE_SW_POWER_CAP)
+    restored = NodeAggregator.from_state(json.loads(json.dumps(agg.state())))
+    for a in (agg, restored):
+        _reading(a, 3, 10**12 + 10**9, 0)
+    one, two = (a.record(ended_s=T0 + 30, complete=True).gpus[0] for a in (agg, restored))
+    assert one == two and (one.throttle_power_s, one.throttle_power_known_s) == (1.0, 30.0)
+
+
+@pytest.mark.parametrize("breaker", ["reset", "unavailable"])
+def test_a_broken_chain_counts_the_pending_readings_from_their_bitmasks(breaker: str) -> None:
+    agg = _agg()
+    _reading(agg, 1, 10**12, 0)
+    _reading(agg, 2, None, THROTTLE_SW_POWER_CAP)
+    _reading(agg, 3, None, 0)
+    if breaker == "reset":  # a driver reload restarts the counter: this interval, its mask
+        _reading(agg, 4, 5, THROTTLE_SW_POWER_CAP)
+    else:
+        agg.add(T0 + 40, [GpuSample(uuid="GPU-0", time_s=T0 + 40, available=False)], None)
+    g = agg.record(ended_s=T0 + 40, complete=True).gpus[0]
+    assert g.throttle_power_s == (20.0 if breaker == "reset" else 10.0)
+    assert g.throttle_power_known_s == (40.0 if breaker == "reset" else 30.0)
+
+
+def test_checkpoint_from_before_the_counters_cadence_restores_without_pending() -> None:
+    agg = _agg()
+    _reading(agg, 1, 10**12, 0)
+    state = json.loads(json.dumps(agg.state()))
+    for gpu in state["gpus"]:
+        gpu["throttle_power"] = gpu["throttle_power"][:2]  # [known_s, prev_ns], as before
+    restored = NodeAggregator.from_state(state)
+    _reading(restored, 2, 10**12 + 10**9, 0)
+    g = restored.record(ended_s=T0 + 20, complete=True).gpus[0]
+    assert (g.throttle_power_s, g.throttle_power_known_s) == (1.0, 20.0)
+
+
 def test_checkpoint_from_before_the_known_time_restores_as_not_counted() -> None:
     agg = NodeAggregator(
         job_id="1",
