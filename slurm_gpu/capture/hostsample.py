@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slurm_gpu.capture.spoolpaths import read_small
 from slurm_gpu.records import HostSample
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -287,21 +288,6 @@ class Cgroup1HostSampler:
 MAX_KEPT_PROCESSES = 256
 
 
-def _read_bytes(path: str, limit: int = 65536) -> bytes | None:
-    """A small /proc file in one read of at most ``limit`` bytes (they are generated whole on
-    the first read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _pread(fd: int) -> bytes | None:
     """Re-read a kept /proc file from offset 0 (procfs regenerates it); ``None`` once the
     process has been reaped (ESRCH) or on any other error."""
@@ -492,7 +478,7 @@ class ProcHostSampler:
                     self._loadavg_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                     text = _pread(self._loadavg_fd)
             else:
-                text = _read_bytes(path)
+                text = read_small(path)
             if text is None:
                 return None
         last = text.rsplit(None, 1)[-1] if text.strip() else b""
@@ -508,7 +494,7 @@ class ProcHostSampler:
                 return False
         except OSError:
             return False
-        cmdline = _read_bytes(f"{path}/cmdline", 4096)
+        cmdline = read_small(f"{path}/cmdline", 4096)
         return cmdline is not None and cmdline.startswith(self._stepd_prefixes)
 
     def _descends_from_stepd(self, ppid: int) -> bool:
@@ -519,7 +505,7 @@ class ProcHostSampler:
         for _ in range(MAX_ANCESTRY_DEPTH):
             if pid <= 1:
                 break
-            text = _read_bytes(f"{self.proc_root}/{pid}/stat")
+            text = read_small(f"{self.proc_root}/{pid}/stat")
             parsed = _parse_stat(text) if text else None
             named = _comm_and_ppid(text) if text else None
             if parsed is None or named is None:
@@ -610,7 +596,7 @@ class ProcHostSampler:
             stat_text = _pread(st.stat_fd) if st is not None and st.stat_fd >= 0 else None
             if stat_text is None:
                 # Not kept open, or its process is gone (the pid may have a new process).
-                stat_text = _read_bytes(f"{root}/{pid}/stat")
+                stat_text = read_small(f"{root}/{pid}/stat")
             parsed = _parse_stat(stat_text) if stat_text else None
             if parsed is None:
                 continue
@@ -631,7 +617,7 @@ class ProcHostSampler:
             if st is not None and st.start == start:
                 io_text = _pread(st.io_fd) if st.io_fd >= 0 else None
                 if io_text is None:
-                    io_text = _read_bytes(f"{root}/{pid}/io")
+                    io_text = read_small(f"{root}/{pid}/io")
                 st.ppid = ppid
                 st.cpu_s = own + children
             else:
@@ -688,16 +674,16 @@ class ProcHostSampler:
         ``MAX_KEPT_PROCESSES``); returns its ``io`` contents, read either way."""
         io_path = f"{self.proc_root}/{pid}/io"
         if not self._keep or self._kept >= MAX_KEPT_PROCESSES:
-            return _read_bytes(io_path)
+            return read_small(io_path)
         try:
             stat_fd = os.open(f"{self.proc_root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return _read_bytes(io_path)
+            return read_small(io_path)
         try:
             io_fd = os.open(io_path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             os.close(stat_fd)
-            return _read_bytes(io_path)
+            return read_small(io_path)
         # Opened after the stat read: if the pid was reused in between, the start time
         # read through the kept file differs and the next reading treats it as a new one.
         st.stat_fd, st.io_fd = stat_fd, io_fd

@@ -243,6 +243,21 @@ def _write_all(fd: int, data: bytes) -> None:
 # --------------------------------------------------------------------------- pid file
 
 
+def read_small(path: str, limit: int = 65536) -> bytes | None:
+    """A small /proc file in one ``os.read`` of at most ``limit`` bytes (the kernel generates
+    it whole on the first read; no file object); ``None`` when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def process_start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
     """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); with
     the pid it identifies a process even after the pid is reused. ``None`` if gone."""

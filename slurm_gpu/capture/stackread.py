@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from slurm_gpu.capture.spoolpaths import read_small
 from slurm_gpu.capture.stackclass import Frame
 
 #: Most cgroup directories walked to list the job's processes.
@@ -102,23 +103,10 @@ def list_job_pids(cgroup_dir: str) -> list[int]:
     return sorted(pids)
 
 
-def _read(path: str, limit: int = 8192) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def job_process(pid: int, proc_root: str = "/proc") -> JobProcess | None:
     """What /proc says of ``pid``; ``None`` once it is gone."""
-    stat = _read(f"{proc_root}/{pid}/stat")
-    status = _read(f"{proc_root}/{pid}/status")
+    stat = read_small(f"{proc_root}/{pid}/stat", 8192)
+    status = read_small(f"{proc_root}/{pid}/status", 8192)
     if stat is None or status is None:
         return None
     end = stat.rfind(b")")
@@ -144,7 +132,7 @@ def job_process(pid: int, proc_root: str = "/proc") -> JobProcess | None:
 
 def ptrace_scope(path: str = "/proc/sys/kernel/yama/ptrace_scope") -> int:
     """Yama's ptrace_scope (0 without Yama): 1 or 2 need CAP_SYS_PTRACE, 3 forbids all."""
-    text = _read(path, 16)
+    text = read_small(path, 16)
     try:
         return int(text.strip()) if text else 0
     except ValueError:
@@ -189,7 +177,7 @@ def cgroup_procs_files(
     pid: int, proc_root: str = "/proc", root: str = "/sys/fs/cgroup"
 ) -> list[str]:
     """The ``cgroup.procs`` files of ``pid``'s own cgroups (v2 line, or each v1 hierarchy)."""
-    text = _read(f"{proc_root}/{pid}/cgroup", 65536)
+    text = read_small(f"{proc_root}/{pid}/cgroup", 65536)
     out = []
     for line in (text or b"").decode("ascii", "replace").splitlines():
         parts = line.split(":", 2)

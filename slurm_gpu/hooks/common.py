@@ -16,7 +16,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-from slurm_gpu.capture.spoolpaths import process_start_ticks
+from slurm_gpu.capture.spoolpaths import process_start_ticks, read_small
 
 LOGGER_NAME = "slurm_gpu"
 _SAFE = re.compile(r"[^A-Za-z0-9_.,:+-]")
@@ -204,7 +204,7 @@ def job_stepds(
         if not name.isdigit():
             continue
         path = f"{proc_root}/{name}"
-        comm = _read_small(f"{path}/comm", 64)
+        comm = read_small(f"{path}/comm", 64)
         if comm is None or comm.rstrip(b"\n") != b"slurmstepd":
             continue
         try:
@@ -212,7 +212,7 @@ def job_stepds(
                 continue
         except OSError:
             continue
-        cmdline = _read_small(f"{path}/cmdline", 4096)
+        cmdline = read_small(f"{path}/cmdline", 4096)
         start = process_start_ticks(int(name), proc_root)
         if cmdline is None or not cmdline.startswith(prefixes) or start is None:
             continue
@@ -220,19 +220,6 @@ def job_stepds(
         if first_only:
             break
     return found
-
-
-def _read_small(path: str, limit: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def job_cgroup_populated(job_id: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
