@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -296,3 +297,20 @@ class Clock:
         self.t += seconds
         if self.driver is not None:
             self.driver.set_global("now_us", int(self.t * 1_000_000))
+
+
+def loaded_drivers(monkeypatch: Any, clock: Clock) -> Iterator[Callable[[str], FakeDriver]]:
+    """The body of a ``driver`` fixture: yields ``load(profile)``, which installs a fake
+    driver of that profile into pynvml on ``clock``; pynvml's function cache is cleared after
+    the test, so the next test binds its own library."""
+    import pynvml
+
+    def load(profile: str) -> FakeDriver:
+        drv = FakeDriver(profile)
+        drv.install(pynvml)
+        monkeypatch.setattr(pynvml, "nvmlLib", drv.lib)
+        clock.attach(drv)
+        return drv
+
+    yield load
+    pynvml._nvmlGetFunctionPointer_cache.clear()

@@ -15,11 +15,10 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pynvml
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nvmlfake.driver import Clock, FakeDriver
+from nvmlfake.driver import Clock, FakeDriver, loaded_drivers
 
 from slurm_gpu.capture.aggregate import NodeAggregator
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
@@ -43,15 +42,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def driver(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[Callable[[str], FakeDriver]]:
-    def load(profile: str) -> FakeDriver:
-        drv = FakeDriver(profile)
-        drv.install(pynvml)
-        monkeypatch.setattr(pynvml, "nvmlLib", drv.lib)
-        clock.attach(drv)
-        return drv
-
-    yield load
-    pynvml._nvmlGetFunctionPointer_cache.clear()
+    yield from loaded_drivers(monkeypatch, clock)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nvmlfake.driver import Clock, FakeDriver, load_profile
+from nvmlfake.driver import Clock, FakeDriver, load_profile, loaded_drivers
 
 from slurm_gpu.analysis.metrics import GpuMetrics, gpu_metrics
 from slurm_gpu.capture.aggregate import NodeAggregator
@@ -44,15 +44,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def driver(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[Callable[[str], FakeDriver]]:
-    def load(profile: str) -> FakeDriver:
-        drv = FakeDriver(profile)
-        drv.install(pynvml)
-        monkeypatch.setattr(pynvml, "nvmlLib", drv.lib)
-        clock.attach(drv)
-        return drv
-
-    yield load
-    pynvml._nvmlGetFunctionPointer_cache.clear()
+    yield from loaded_drivers(monkeypatch, clock)
 
 
 def source(clock: Clock) -> NvmlSource:

@@ -17,7 +17,7 @@ import pynvml
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nvmlfake.driver import Clock, FakeDriver
+from nvmlfake.driver import Clock, FakeDriver, loaded_drivers
 
 from slurm_gpu.errors import TelemetryUnavailableError
 from slurm_gpu.records import GpuSample
@@ -36,15 +36,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def driver(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[Callable[[str], FakeDriver]]:
-    def load(profile: str) -> FakeDriver:
-        drv = FakeDriver(profile)
-        drv.install(pynvml)
-        monkeypatch.setattr(pynvml, "nvmlLib", drv.lib)
-        clock.attach(drv)
-        return drv
-
-    yield load
-    pynvml._nvmlGetFunctionPointer_cache.clear()
+    yield from loaded_drivers(monkeypatch, clock)
 
 
 @pytest.fixture
