@@ -385,12 +385,22 @@ def open_engine(url: str, *, busy_timeout_s: float = 30.0, create: bool = True) 
         if backend == "sqlite":
             path = parsed.database
             if path and path != ":memory:" and not path.startswith("file:") and not create:
-                if not os.path.lexists(path):
+                # Not os.path.lexists: it answers False where the caller may not look
+                # (EACCES), which is no "not created yet".
+                try:
+                    os.lstat(path)
+                except FileNotFoundError:
                     raise StoreNotCreatedError(
                         f"store {path} does not exist yet",
                         hint="the first 'slurm-gpu collect' (or 'slurm-gpu store migrate') "
                         "creates it",
-                    )
+                    ) from None
+                except OSError as exc:
+                    raise StoreError(
+                        f"store {path}: {exc.strerror}",
+                        hint="the store is readable by root and [store] admin_group only; "
+                        "run this as one of them",
+                    ) from None
             elif path and path != ":memory:" and not path.startswith("file:"):
                 parent = os.path.dirname(os.path.abspath(path))
                 try:

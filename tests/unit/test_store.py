@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -347,3 +348,25 @@ def test_a_version_2_store_gets_the_het_index_and_typed_id_lookups_use_indexes(
                 ).all()
             details = " ".join(str(row[-1]) for row in plan)
             assert "SCAN jobs" not in details and "ix_jobs_het" in details, details
+
+
+def test_a_store_the_caller_cannot_reach_is_not_called_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen as sgtest1: `police` on a store in root's 0750 directory said "does not exist
+    yet" (``os.path.lexists`` answers False on EACCES). Only a missing file is "not created";
+    any other failure names its cause."""
+    from slurm_gpu.errors import StoreError, StoreNotCreatedError
+    from slurm_gpu.store import store as store_module
+
+    db = tmp_path / "s.db"
+    with pytest.raises(StoreNotCreatedError, match="does not exist yet"):
+        store_module.open_engine(f"sqlite:///{db}", create=False)
+
+    def denied(path: object) -> os.stat_result:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(store_module.os, "lstat", denied)
+    with pytest.raises(StoreError, match="Permission denied") as got:
+        store_module.open_engine(f"sqlite:///{db}", create=False)
+    assert not isinstance(got.value, StoreNotCreatedError)
