@@ -1,8 +1,10 @@
 """Benchmarks that cannot rot: each one in benchmarks/ runs at a tiny size, with a timeout, and
 prints its table (what it prints is checked for shape, never for a timing).
 
-Those that need the Slurm test cluster, PostgreSQL or the version lab carry that marker; the two
-that load series into a throwaway Prometheus need ``prometheus`` and ``promtool`` installed.
+Those that need the Slurm test cluster or PostgreSQL carry that marker; the two that load series
+into a throwaway Prometheus need ``prometheus`` and ``promtool`` installed. The one that needs
+the version lab runs in tests/lab/ (``test_lab_bench_smoke.py``), under the lab's session
+fixture, which starts the lab: a lab left stopped (a rebooted machine) is started, not used.
 """
 
 from __future__ import annotations
@@ -37,13 +39,6 @@ _NEEDS = {
     "bench_collect.py": pytest.mark.cluster,
     "bench_gpueff.py": pytest.mark.cluster,
     "bench_pg_transport.py": pytest.mark.postgres,
-    "bench_lab_latency.py": [
-        pytest.mark.lab,
-        pytest.mark.skipif(
-            not Path("/var/lib/slurm-gpu-lab/24.11/root/etc/slurm-gpu/collect-pg.toml").exists(),
-            reason="the 24.11 lab's PostgreSQL transport is not set up (share/testlab/pg)",
-        ),
-    ],
     "bench_police.py": _PROM,
     "bench_prom_source.py": _PROM,
 }
@@ -62,9 +57,13 @@ def _marks(script: str) -> list[pytest.MarkDecorator]:
     return list(need) if isinstance(need, list) else [need]
 
 
+#: Benchmarks whose tiny run is in tests/lab/test_lab_bench_smoke.py.
+IN_LAB = {"bench_lab_latency.py"}
+
 CASES = [
     pytest.param(script, args, marks=_marks(script), id=script)
     for script, args in sorted(SMOKE_ARGS.items())
+    if script not in IN_LAB
 ]
 
 
