@@ -13,7 +13,9 @@ median / max wall seconds for: ``gpueff JOBID`` as the owner (no sacct: the repo
 collector wrote for the owner alone answers, the store being closed to users),
 ``seff JOBID``, ``gpueff JOBID`` as root (Slurm shows root every job: the store answers too),
 ``gpueff JOBID`` as another ordinary user (``--other-user``: asks sacct, the path of every
-non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4),
+non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4), each ``--also`` job
+of the owner's that accounting must answer (running, or not collected yet) next to ``seff`` on
+it,
 the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version``
 (interpreter, click and settings), and the ``sacct`` call gpueff makes on the sacct path, timed
 alone. It also counts the sacct processes the owner's run starts (``strace``, when installed) and
@@ -99,6 +101,14 @@ def main() -> int:
     ap.add_argument(
         "--other-user", default="sgtest2", help="a user who does not own the job (asks sacct)"
     )
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="JOBID",
+        help="another of the owner's jobs that accounting must answer (running, or ended and "
+        "not collected yet), timed next to seff on the same job; repeatable",
+    )
     args = ap.parse_args()
     if not args.seff:
         ap.error("seff not found: pass --seff PATH")
@@ -133,6 +143,13 @@ def main() -> int:
         "`gpueff --version`": ([*gpueff, "--version"], args.user),
         "`sacct` as gpueff calls it (no QOS), alone": (a_argv, args.user),
     }
+    pairs: list[tuple[str, str]] = []
+    for extra in args.also:
+        g_name = f"`gpueff JOBID` (owner, job {extra}: asks sacct)"
+        s_name = f"`seff JOBID` (job {extra})"
+        rows[g_name] = ([*gpueff, extra], args.user)
+        rows[s_name] = (["perl", args.seff, extra], args.user)
+        pairs.append((g_name, s_name))
     times: dict[str, list[float]] = {name: [] for name in rows}
     cpus: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.runs):
@@ -148,6 +165,13 @@ def main() -> int:
     owner = statistics.median(times["`gpueff JOBID` (owner: from the store)"])
     ratio = owner / statistics.median(times["`seff JOBID`"])
     print(f"median ratio gpueff (owner) / seff: {ratio:.2f}")
+    for g_name, s_name in pairs:
+        each = statistics.median(times[g_name]) / statistics.median(times[s_name])
+        print(f"median ratio {g_name} / {s_name}: {each:.2f}")
+    other_ratio = statistics.median(
+        times["`gpueff JOBID` as another user (asks sacct)"]
+    ) / statistics.median(times["`seff JOBID`"])
+    print(f"median ratio gpueff (another user) / seff (owner): {other_ratio:.2f}")
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)

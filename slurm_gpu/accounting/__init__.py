@@ -13,10 +13,13 @@ from slurm_gpu.config import Settings
 from slurm_gpu.errors import ConfigError
 
 
-def open_accounting(settings: Settings, *, omit: Iterable[str] = ()) -> AccountingSource:
+def open_accounting(
+    settings: Settings, *, omit: Iterable[str] = (), overlap_text: bool = False
+) -> AccountingSource:
     """The accounting source named by ``accounting.backend``. ``omit``: fields the caller does
-    not need (``sacct.OMITTABLE``), left out of ``sacct`` queries because they cost time; the
-    pyslurm backend gets them at no cost and ignores it.
+    not need (``sacct.OMITTABLE``), left out of ``sacct`` queries because they cost time;
+    ``overlap_text``: ``sacct``'s two queries run at once (``SacctSource``), for a caller a
+    person waits on. The pyslurm backend asks in one call and ignores both.
 
     Raises ``AccountingError`` when the pyslurm backend is chosen but pyslurm is missing.
     """
@@ -29,6 +32,7 @@ def open_accounting(settings: Settings, *, omit: Iterable[str] = ()) -> Accounti
             timeout_s=acc.timeout_s,
             batch_size=acc.batch_size,
             omit=omit,
+            overlap_text=overlap_text,
         )
     if acc.backend == "pyslurm":
         from slurm_gpu.accounting.pyslurm_source import PyslurmSource

@@ -563,6 +563,10 @@ class SacctSource:
     number of job ids in one call; ``omit`` leaves fields of ``OMITTABLE`` out of every query
     (their record fields are ``None``), for callers that do not use them (``gpueff``: QOS).
     Each batch is two sacct calls: the accounting query and the text query (module docstring).
+    ``overlap_text``: run the two at once, for a caller a person waits on (``gpueff``: one
+    slurmdbd round trip of wall time instead of two, about 0.1 s each); by default the text
+    query follows the accounting query and is skipped when it returned nothing, so the
+    collector's empty windows cost one process.
     """
 
     name = "sacct"
@@ -575,8 +579,10 @@ class SacctSource:
         batch_size: int = 500,
         runner: CommandRunner | None = None,
         omit: Iterable[str] = (),
+        overlap_text: bool = False,
     ) -> None:
         self.fields = fields_without(omit)
+        self.overlap_text = overlap_text
         self.sacct_path = sacct_path
         self.timeout_s = timeout_s
         self.batch_size = max(1, batch_size)
@@ -636,15 +642,44 @@ class SacctSource:
 
         result = ParseResult()
         for _ in range(_ATTEMPTS):
-            main = self._run(argv(self.fields))
-            if not split_records(_decode(main), self.fields)[0]:
-                return parse_sacct_output(main, self.fields)  # nothing to name: one call
             delimiter = text_delimiter()
-            text = self._run(argv(TEXT_FIELDS, delimiter, text=True))
+            text_argv = argv(TEXT_FIELDS, delimiter, text=True)
+            if self.overlap_text:
+                main, text = self._run_pair(argv(self.fields), text_argv)
+            else:
+                main = self._run(argv(self.fields))
+                if not split_records(_decode(main), self.fields)[0]:
+                    return parse_sacct_output(main, self.fields)  # nothing to name: one call
+                text = self._run(text_argv)
             result = parse_sacct_output(main, self.fields, text=text, text_delimiter=delimiter)
             if result.text_verified:
                 break
         return result
+
+    def _run_pair(self, main_argv: list[str], text_argv: list[str]) -> tuple[bytes, bytes]:
+        """Both queries at once: the text query in a thread (it waits on its child's pipes with
+        the GIL released), the accounting query here. The accounting query's error wins; the
+        thread is always joined, so no sacct is left running."""
+        import threading
+
+        text: list[bytes] = []
+        error: list[BaseException] = []
+
+        def run_text() -> None:
+            try:
+                text.append(self._run(text_argv))
+            except BaseException as exc:  # handed over below
+                error.append(exc)
+
+        thread = threading.Thread(target=run_text, name="sacct-text", daemon=True)
+        thread.start()
+        try:
+            main = self._run(main_argv)
+        finally:
+            thread.join()
+        if error:
+            raise error[0]
+        return main, text[0]
 
     def _run(self, argv: list[str]) -> bytes:
         done = self.runner(argv, env=SACCT_ENV, timeout_s=self.timeout_s)

@@ -27,6 +27,8 @@ from slurm_gpu.guard import run_guarded
 BACKENDS_KEY = "gpueff_backends"
 #: Context-settings key tests use to stand in for the caller's real uid (``os.getuid()``).
 CALLER_UID_KEY = "gpueff_caller_uid"
+#: Context-object key of the accounting question the console script asked early.
+EARLY_KEY = "gpueff_early_accounting"
 
 
 def _parse_since(text: str, now_s: float) -> float:
@@ -47,7 +49,9 @@ def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, An
         return settings, accounting, reader
     from slurm_gpu.jobreport.readers import make_accounting, make_reader
 
-    return settings, make_accounting(settings), make_reader(settings)
+    # The console script may have asked accounting already (``jobreport.early``).
+    accounting = (ctx.obj or {}).get(EARLY_KEY) or make_accounting(settings)
+    return settings, accounting, make_reader(settings)
 
 
 def _run(
@@ -184,6 +188,7 @@ def cli(
     )
 
 
-def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="gpueff")
+def main(early: Any = None) -> None:
+    """Console-script entry point; ``early``: accounting the console script already asked
+    (``jobreport.early.EarlyAccounting``)."""
+    cli(prog_name="gpueff", obj={EARLY_KEY: early} if early is not None else None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
@@ -89,9 +89,11 @@ def _cached(
     return None if texts is None else "\n".join(texts)
 
 
-def fast_path(args: list[str]) -> str | None:
+def fast_path(args: list[str], started: list[Any] | None = None) -> str | None:
     """The full output for ``args`` when every id is the caller's own stored, settled single
-    job; ``None`` when the full command must run instead. Never raises."""
+    job; ``None`` when the full command must run instead. Never raises. With ``started``, an
+    ordinary user's ids that no rendered report answers are asked of accounting at once
+    (``jobreport.early``), and the pending question is appended there for the full command."""
     uid = os.getuid()
     config_path = None
     if len(args) >= 2 and args[0] == "--config":
@@ -117,11 +119,18 @@ def fast_path(args: list[str]) -> str | None:
         from_files = _from_files(settings, args, uid, as_json=as_json, colour=colour)
         if from_files is not None:
             return from_files
+        if not as_json:
+            cached = _cached(settings, args, uid, colour=colour)
+            if cached is not None:
+                return cached
+        if uid != 0 and started is not None:
+            # Nothing rendered for this user: accounting will be asked (a running job, one not
+            # collected yet, another user's). Ask now, while the report code is imported.
+            from slurm_gpu.jobreport import early
+
+            started.append(early.start(settings, args))
         if as_json:
             return None  # rendered by the full command
-        cached = _cached(settings, args, uid, colour=colour)
-        if cached is not None:
-            return cached
 
         from slurm_gpu.jobreport import output, service
         from slurm_gpu.jobreport.readers import make_reader
@@ -144,11 +153,12 @@ def fast_path(args: list[str]) -> str | None:
 
 def main() -> None:
     """Console-script entry point."""
-    text = fast_path(sys.argv[1:])
+    started: list[Any] = []
+    text = fast_path(sys.argv[1:], started)
     if text is None:
         from slurm_gpu.cli.gpueff import main as full
 
-        full()
+        full(early=started[0] if started else None)
         return
     try:
         sys.stdout.write(text)

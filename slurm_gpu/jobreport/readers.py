@@ -49,7 +49,8 @@ class LazyAccounting:
 
     ``gpueff`` on the caller's own settled job never asks accounting (``service``'s owner
     path), so it should not pay for importing the adapter (``subprocess``, the parser) either.
-    It asks without the fields the report does not show (``QOS``).
+    It asks without the fields the report does not show (``QOS``), and runs ``sacct``'s
+    accounting and text queries at once.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -59,10 +60,9 @@ class LazyAccounting:
 
     def _open(self) -> Any:
         if self._source is None:
-            from slurm_gpu.accounting import open_accounting
+            from slurm_gpu.jobreport.early import open_for_gpueff
 
-            # QOS: not in the report, and naming it costs sacct a slurmdbd table request.
-            self._source = open_accounting(self._settings, omit=("QOS",))
+            self._source = open_for_gpueff(self._settings)
         return self._source
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:

@@ -72,9 +72,12 @@ def test_only_omittable_fields_can_be_left_out() -> None:
 def test_gpueffs_accounting_runs_sacct_without_qos(tmp_path: Path) -> None:
     argv_file = tmp_path / "argv"
     sacct = tmp_path / "sacct"
-    sacct.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(argv_file))}\n')
+    # One file per call: gpueff runs the accounting and the text query at once.
+    sacct.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(argv_file))}.$$\n')
     sacct.chmod(0o755)
     settings = parse_settings({"accounting": {"sacct_path": str(sacct)}}, path=None)
     assert LazyAccounting(settings).get_jobs(["101"]) == {}
-    fmt = next(a for a in argv_file.read_text().splitlines() if a.startswith("--format="))
+    calls = [p.read_text().splitlines() for p in tmp_path.glob("argv.*")]
+    (accounting,) = [c for c in calls if "--allocations" not in c]
+    fmt = next(a for a in accounting if a.startswith("--format="))
     assert fmt.removeprefix("--format=").split(",") == [f for f in FIELDS if f != "QOS"]

@@ -1,0 +1,86 @@
+"""Accounting asked before ``gpueff``'s report code is imported.
+
+``gpueff JOBID`` on a job the collector has not answered for this user (a running job, the
+newest job before its collection, another user's job) must ask accounting: ``sacct``, about
+0.1 s of slurmdbd round trip. The console script (``cli.gpueff_entry``) learns that as soon as
+the caller's report file is missing, before it imports the report code, click and jinja2
+(about 0.1 s more). ``start`` asks accounting there, in a background thread, so the two
+overlap; the console script hands the pending question to the full command (``cli.gpueff``,
+through click's context object), whose composition root uses it instead of asking again.
+
+The answer is used only for exactly the queries it was started for (what
+``service.start_lookup`` asks when the store answers none of the ids); anything else is asked
+afresh. Errors are raised where the answer is taken, as if asked then.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from slurm_gpu.accounting.jobids import parse_job_id
+
+if TYPE_CHECKING:
+    from slurm_gpu.config import Settings
+    from slurm_gpu.records import JobRecord
+
+#: The fields ``gpueff`` leaves out of accounting queries: QOS is not in the report, and naming
+#: it costs sacct a slurmdbd table request.
+OMIT: tuple[str, ...] = ("QOS",)
+
+
+def open_for_gpueff(settings: Settings) -> Any:
+    """The configured accounting source as ``gpueff`` asks it: as the calling user, without
+    ``OMIT``, ``sacct``'s accounting and text queries at once (a person waits)."""
+    from slurm_gpu.accounting import open_accounting
+
+    return open_accounting(settings, omit=OMIT, overlap_text=True)
+
+
+class EarlyAccounting:
+    """An ``AccountingSource`` whose answer for ``queries`` was asked when it was made."""
+
+    def __init__(self, source: Any, queries: Sequence[str]) -> None:
+        self._source = source
+        self.name: str = getattr(source, "name", "accounting")
+        self.queries: tuple[str, ...] = tuple(queries)
+        self._value: dict[str, JobRecord] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._ask, name="gpueff-early", daemon=True)
+        self._thread.start()
+
+    def _ask(self) -> None:
+        try:
+            self._value = self._source.get_jobs(list(self.queries))
+        except BaseException as exc:  # raised by get_jobs, in the caller's thread
+            self._error = exc
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The early answer when ``job_ids`` are the queries it was asked for; else ask."""
+        if tuple(job_ids) != self.queries:
+            jobs: dict[str, JobRecord] = self._source.get_jobs(job_ids)
+            return jobs
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def jobs_between(
+        self, start_s: float, end_s: float, users: Sequence[str] | None = None
+    ) -> list[JobRecord]:
+        """See ``AccountingSource.jobs_between`` (never asked early)."""
+        jobs: list[JobRecord] = self._source.jobs_between(start_s, end_s, users)
+        return jobs
+
+
+def queries_for(ids: Sequence[str]) -> list[str]:
+    """The accounting queries of ids as typed, in order, once each (as ``start_lookup``).
+    Raises ``UsageError`` for a malformed id."""
+    return list(dict.fromkeys(parse_job_id(i).query for i in ids))
+
+
+def start(settings: Settings, ids: Sequence[str]) -> EarlyAccounting:
+    """Ask accounting about ``ids`` (as typed) in the background, now."""
+    return EarlyAccounting(open_for_gpueff(settings), queries_for(ids))
