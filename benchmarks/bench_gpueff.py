@@ -68,10 +68,13 @@ def _sacct_runs(argv: list[str], user: str | None) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp).chmod(0o777)
         trace = Path(tmp) / "trace"
-        cmd = [strace, "-f", "-qq", "-e", "trace=execve", "-o", str(trace), *argv]
+        # -ff: one file per process, so that the execve calls of processes started at once
+        # (gpueff runs its two sacct queries together) are not split into unfinished and
+        # resumed lines.
+        cmd = [strace, "-ff", "-qq", "-e", "trace=execve", "-o", str(trace), *argv]
         full = ["runuser", "-u", user, "--", *cmd] if user else cmd
         subprocess.run(full, capture_output=True, check=False, cwd="/")
-        lines = trace.read_text().splitlines() if trace.exists() else []
+        lines = [ln for f in Path(tmp).glob("trace.*") for ln in f.read_text().splitlines()]
     started = [ln for ln in lines if "execve(" in ln and ln.rstrip().endswith("= 0")]
     return str(sum(1 for ln in started if '/sacct"' in ln.split(",", 1)[0]))
 

@@ -81,16 +81,42 @@ def machine() -> dict[str, Any]:
     }
 
 
+#: The window ``newest_completed_job`` looks in.
+WINDOW = ("-S", "now-30days", "-E", "now")
+
+
+def newest_completed_job() -> str:
+    """The newest completed job the test cluster's accounting knows (``{job}``); ``""`` when
+    ``sacct`` lists none or cannot be asked (the benchmark then fails and says why)."""
+    try:
+        out = subprocess.run(
+            # A state filter needs an explicit window end, or sacct lists nothing.
+            [*("sacct", "-X", "-n", "-P", "-a", "-o", "JobID", "-s", "CD"), *WINDOW],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out[-1] if out else ""
+
+
+def smoke_argv(script: str, tmp: str, tc_root: str) -> list[str]:
+    """``SMOKE_ARGS[script]`` with its placeholders filled."""
+    args = SMOKE_ARGS[script]
+    job = newest_completed_job() if "{job}" in args else ""
+    return [
+        a.replace("{tmp}", tmp).replace("{tc_root}", tc_root).replace("{job}", job) for a in args
+    ]
+
+
 def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
     """Run one benchmark and append its result line to ``out``; its exit status."""
     script = Path(argv[-1]).name
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
-        extra = (
-            [a.replace("{tmp}", tmp).replace("{tc_root}", tc_root) for a in SMOKE_ARGS[script]]
-            if smoke and script in SMOKE_ARGS
-            else []
-        )
+        extra = smoke_argv(script, tmp, tc_root) if smoke and script in SMOKE_ARGS else []
         started = datetime.now(UTC)
         load_before = _loadavg()
         t0 = time.perf_counter()

@@ -45,7 +45,7 @@ _NEEDS = {
 
 sys.path.insert(0, str(BENCH))
 try:
-    from results import SMOKE_ARGS, render
+    from results import SMOKE_ARGS, render, smoke_argv
 finally:
     sys.path.remove(str(BENCH))
 
@@ -65,34 +65,6 @@ CASES = [
     for script, args in sorted(SMOKE_ARGS.items())
     if script not in IN_LAB
 ]
-
-
-def _newest_completed_job() -> str:
-    """The newest completed job the test cluster's accounting knows (for ``bench_gpueff``)."""
-    out = subprocess.run(
-        # A state filter needs an explicit window end, or sacct lists nothing.
-        [
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            "-a",
-            "-o",
-            "JobID",
-            "-s",
-            "CD",
-            "-S",
-            "now-30days",
-            "-E",
-            "now",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.split()
-    assert out, "no completed job on the test cluster"
-    return out[-1]
 
 
 def _printed_a_result(stdout: str) -> bool:
@@ -144,12 +116,9 @@ def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("script", "args"), CASES)
 def test_benchmark_runs_at_a_tiny_size(script: str, args: list[str], tmp_path: Path) -> None:
-    job = _newest_completed_job() if "{job}" in args else ""
     tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
-    argv = [
-        a.replace("{tmp}", str(tmp_path)).replace("{job}", job).replace("{tc_root}", tc_root)
-        for a in args
-    ]
+    argv = smoke_argv(script, str(tmp_path), tc_root)
+    assert "" not in argv, f"no completed job on the test cluster for {script}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *argv],
