@@ -66,7 +66,7 @@ def _pg_exec(url: str, sql: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty store URL: a fresh SQLite file, or a fresh schema of the PostgreSQL test
     database (one per test, so concurrent runs do not see each other's tables)."""
