@@ -1,10 +1,11 @@
 """Benchmarks that cannot rot: each one in benchmarks/ runs at a tiny size, with a timeout, and
 prints its table (what it prints is checked for shape, never for a timing).
 
-Those that need the Slurm test cluster or PostgreSQL carry that marker; the two that load series
-into a throwaway Prometheus need ``prometheus`` and ``promtool`` installed. The one that needs
-the version lab runs in tests/lab/ (``test_lab_bench_smoke.py``), under the lab's session
-fixture, which starts the lab: a lab left stopped (a rebooted machine) is started, not used.
+Those that need PostgreSQL carry that marker; the two that load series into a throwaway
+Prometheus need ``prometheus`` and ``promtool`` installed. Those that drive the Slurm test
+cluster or the version lab run under that one's session fixture, which starts it (a cluster or
+lab that a reboot left stopped is started, not used): ``tests/integration/
+test_bench_smoke_cluster.py`` and ``tests/lab/test_lab_bench_smoke.py``.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ _PY_SPY = pytest.mark.skipif(
 #: What a benchmark needs beyond this machine, as a pytest mark.
 _NEEDS = {
     "bench_stacks.py": _PY_SPY,
-    "bench_collect.py": pytest.mark.cluster,
-    "bench_gpueff.py": pytest.mark.cluster,
     "bench_pg_transport.py": pytest.mark.postgres,
     "bench_police.py": _PROM,
     "bench_prom_source.py": _PROM,
@@ -57,13 +56,13 @@ def _marks(script: str) -> list[pytest.MarkDecorator]:
     return list(need) if isinstance(need, list) else [need]
 
 
-#: Benchmarks whose tiny run is in tests/lab/test_lab_bench_smoke.py.
-IN_LAB = {"bench_lab_latency.py"}
+#: Benchmarks whose tiny run is under the cluster's or the lab's session fixture.
+ELSEWHERE = {"bench_collect.py", "bench_gpueff.py", "bench_lab_latency.py"}
 
 CASES = [
     pytest.param(script, args, marks=_marks(script), id=script)
     for script, args in sorted(SMOKE_ARGS.items())
-    if script not in IN_LAB
+    if script not in ELSEWHERE
 ]
 
 
@@ -116,9 +115,7 @@ def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("script", "args"), CASES)
 def test_benchmark_runs_at_a_tiny_size(script: str, args: list[str], tmp_path: Path) -> None:
-    tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
-    argv = smoke_argv(script, str(tmp_path), tc_root)
-    assert "" not in argv, f"no completed job on the test cluster for {script}"
+    argv = smoke_argv(script, str(tmp_path), "")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *argv],

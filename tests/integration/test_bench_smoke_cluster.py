@@ -1,0 +1,59 @@
+"""The benchmarks that read the test cluster's accounting run at their tiny size, under the
+cluster session fixture (which starts the cluster a reboot left stopped) and on a job of their
+own (a fresh cluster has none yet). What they print is checked for shape, never for a timing;
+tests/unit/test_benchmarks_smoke.py holds the benchmarks that need no cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import slurmtools
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+sys.path.insert(0, str(BENCH))
+try:
+    from results import SMOKE_ARGS
+finally:
+    sys.path.remove(str(BENCH))
+
+#: The benchmarks of this module (tests/unit/test_benchmarks_smoke.py leaves them out).
+ON_CLUSTER = ("bench_collect.py", "bench_gpueff.py")
+#: Longest one tiny run may take, in seconds.
+TIMEOUT_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def completed_job() -> str:
+    """A job of sgtest1's that completed, for ``{job}``."""
+    job_id = slurmtools.submit(
+        "#!/bin/sh\nsleep 1\n", args=["--time=2", "--output=/dev/null", "--chdir=/tmp"]
+    )
+    assert slurmtools.wait_done(job_id) == "COMPLETED"
+    return job_id
+
+
+@pytest.mark.parametrize("script", ON_CLUSTER)
+def test_benchmark_runs_at_a_tiny_size_on_the_cluster(script: str, completed_job: str) -> None:
+    argv = [
+        a.replace("{job}", completed_job).replace("{tc_root}", str(slurmtools.tc_root()))
+        for a in SMOKE_ARGS[script]
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=REPO,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(REPO), "LANG": "C.UTF-8"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # A Markdown table: its header rule line.
+    assert any(line.startswith(("|---", "|--:")) for line in proc.stdout.splitlines()), proc.stdout[
+        -2000:
+    ]
