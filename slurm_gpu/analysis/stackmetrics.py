@@ -3,6 +3,7 @@ shares of the main processes' time, what they did while the GPUs were idle, per 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ class StackMetrics:
     ranks: tuple[RankShares, ...]
     worker_samples: int
     reader_cpu_s: float
+    notes: tuple[str, ...] = ()
+    """Why samples are missing, as the nodes said (``no_cgroup``, ``timeout``, ...), each once."""
 
     def share(self, cls: str) -> float:
         """Percent of the samples in ``cls`` (0 for a class no node has)."""
@@ -55,6 +58,10 @@ class StackMetrics:
 
     def idle_share(self, cls: str) -> float:
         return dict(self.idle_shares_pct).get(cls, 0.0)
+
+
+#: A note as the sampler writes it (a record from elsewhere may carry anything): short words.
+_KEY = re.compile(r"[a-z][a-z_]{0,39}").fullmatch
 
 
 def _pct(counts: dict[str, int], order: Sequence[str]) -> tuple[tuple[str, float], ...]:
@@ -109,4 +116,7 @@ def stack_metrics(nodes: Sequence[NodeRecord], elapsed_s: float) -> StackMetrics
         ranks=tuple(ranks),
         worker_samples=sum(n.stacks.worker_samples for n in sampled if n.stacks),
         reader_cpu_s=sum(n.stacks.reader_cpu_s for n in sampled if n.stacks),
+        notes=tuple(
+            sorted({note for n in sampled if n.stacks for note in n.stacks.notes if _KEY(note)})
+        ),
     )

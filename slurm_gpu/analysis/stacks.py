@@ -13,7 +13,9 @@ the job turns the rules' guesses from outside into confirmed or withdrawn findin
 - One ``STACK_PROFILE`` note (info) per job gives the shares, the coverage and the deciding
   frames (its subject), and says which finding the stacks withdrew.
 
-Nothing here runs with fewer than ``stacks_min_samples`` samples. Pure.
+Nothing here runs with fewer than ``stacks_min_samples`` samples; with fewer, and a reason from
+the nodes (no job cgroup, ptrace forbidden, the reader refused or timed out), the one
+``STACK_PROFILE`` note says stack sampling read too little, and why. Pure.
 """
 
 from __future__ import annotations
@@ -76,12 +78,23 @@ def _subject(st: StackMetrics) -> str | None:
     return text[:SUBJECT_MAX_LEN] or None
 
 
+def _unread(st: StackMetrics) -> Finding:
+    """The ``STACK_PROFILE`` note of a job whose stack sampling read too little to use, with the
+    reasons its nodes gave (``stacks_note_<reason>`` 1): the user opted in and is told why."""
+    ev: dict[str, Number] = {"stacks_unread": 1, **_coverage(st)}
+    ev["stacks_bursts_failed"] = st.bursts_failed
+    ev.update({f"stacks_note_{note}": 1 for note in st.notes})
+    return Finding(Code.STACK_PROFILE, Severity.INFO, ev, Scope.JOB, None)
+
+
 def stack_evidence(m: JobMetrics, s: AnalysisSettings, found: Sequence[Finding]) -> list[Finding]:
     """``found`` with the stacks' evidence added, a data-loading finding confirmed or
     withdrawn, and the ``STACK_PROFILE`` note; ``found`` unchanged without enough samples."""
     st = m.stacks
-    if st is None or m.status is not DataStatus.OK or st.samples < s.stacks_min_samples:
+    if st is None or m.status is not DataStatus.OK:
         return list(found)
+    if st.samples < s.stacks_min_samples:
+        return [*found, _unread(st)] if st.notes else list(found)
     input_pct = st.share(INPUT)
     out: list[Finding] = []
     withdrawn = False

@@ -115,6 +115,53 @@ def test_too_few_samples_change_nothing() -> None:
     assert Code.DATALOADER_BOUND in got and Code.STACK_PROFILE not in got
 
 
+def unread(*notes: str, bursts_failed: int = 12) -> StackSummary:
+    """What a node records when stack sampling was on and read nothing, with its reasons."""
+    return replace(
+        summary({}), bursts=0, bursts_failed=bursts_failed, first_s=None, last_s=None, notes=notes
+    )
+
+
+def test_stack_sampling_that_read_nothing_says_why() -> None:
+    """Seen on a proctrack/linuxproc site: the user opted in, got no stacks and no word why."""
+    got = codes(*with_stacks(DATALOADER, unread("no_cgroup")))
+    ev = got[Code.STACK_PROFILE]
+    assert ev["stacks_unread"] == 1 and ev["stacks_note_no_cgroup"] == 1
+    assert ev["stacks_samples"] == 0 and ev["stacks_bursts_failed"] == 12 * len(DATALOADER.nodes)
+    # Nothing was measured from inside: the data-loading finding stands unconfirmed.
+    assert "stacks_confirmed" not in got[Code.DATALOADER_BOUND]
+    env = environment(jinja2.FileSystemLoader(f"{data_path('templates')}/findings"))
+    found = analyze(DATALOADER.job, with_stacks(DATALOADER, unread("no_cgroup"))[1], S).findings
+    title, text = wording(env, next(f for f in found if f.code is Code.STACK_PROFILE))
+    assert "read nothing" in title
+    assert "no cgroup" in text and "proctrack/cgroup" in text
+
+
+def test_every_reason_a_node_can_give_is_worded() -> None:
+    env = environment(jinja2.FileSystemLoader(f"{data_path('templates')}/findings"))
+    reasons = (
+        "no_cgroup",
+        "no_python_process",
+        "ptrace_disabled",
+        "ptrace_scope_needs_capability",
+        "permission_denied",
+        "timeout",
+        "too_large",
+        "not_python",
+        "failed",
+        "reader_missing",
+    )
+    for reason in reasons:
+        found = analyze(DATALOADER.job, with_stacks(DATALOADER, unread(reason))[1], S).findings
+        _, text = wording(env, next(f for f in found if f.code is Code.STACK_PROFILE))
+        assert "because" in text and "not worded" not in text, (reason, text)
+
+
+def test_a_short_job_with_no_reason_gets_no_note() -> None:
+    got = codes(*with_stacks(DATALOADER, unread(bursts_failed=0)))
+    assert Code.STACK_PROFILE not in got
+
+
 def test_idle_phases_are_explained_by_what_the_process_did_while_the_gpus_idled() -> None:
     trace = generate("task-farm", 1)  # IDLE_PHASES among its findings
     assert Code.IDLE_PHASES in codes(trace, list(trace.nodes))
