@@ -26,6 +26,7 @@ Times come as epoch seconds (``SLURM_TIME_FORMAT=%s``); durations and limits com
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -657,29 +658,19 @@ class SacctSource:
         return result
 
     def _run_pair(self, main_argv: list[str], text_argv: list[str]) -> tuple[bytes, bytes]:
-        """Both queries at once: the text query in a thread (it waits on its child's pipes with
-        the GIL released), the accounting query here. The accounting query's error wins; the
-        thread is always joined, so no sacct is left running."""
-        import threading
+        """Both queries at once: the text query in the background, the accounting query here.
+        The accounting query's error wins; the text query is always waited for, so no sacct is
+        left running."""
+        from slurm_gpu.background import InBackground
 
-        text: list[bytes] = []
-        error: list[BaseException] = []
-
-        def run_text() -> None:
-            try:
-                text.append(self._run(text_argv))
-            except BaseException as exc:  # handed over below
-                error.append(exc)
-
-        thread = threading.Thread(target=run_text, name="sacct-text", daemon=True)
-        thread.start()
+        text = InBackground(lambda: self._run(text_argv), name="sacct-text")
         try:
             main = self._run(main_argv)
-        finally:
-            thread.join()
-        if error:
-            raise error[0]
-        return main, text[0]
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                text.result()
+            raise
+        return main, text.result()
 
     def _run(self, argv: list[str]) -> bytes:
         done = self.runner(argv, env=SACCT_ENV, timeout_s=self.timeout_s)

@@ -15,11 +15,11 @@ afresh. Errors are raised where the answer is taken, as if asked then.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from slurm_gpu.accounting.jobids import parse_job_id
+from slurm_gpu.background import InBackground
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
@@ -45,27 +45,16 @@ class EarlyAccounting:
         self._source = source
         self.name: str = getattr(source, "name", "accounting")
         self.queries: tuple[str, ...] = tuple(queries)
-        self._value: dict[str, JobRecord] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._ask, name="gpueff-early", daemon=True)
-        self._thread.start()
-
-    def _ask(self) -> None:
-        try:
-            self._value = self._source.get_jobs(list(self.queries))
-        except BaseException as exc:  # raised by get_jobs, in the caller's thread
-            self._error = exc
+        self._asked: InBackground[dict[str, JobRecord]] = InBackground(
+            lambda: source.get_jobs(list(self.queries)), name="gpueff-early"
+        )
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """The early answer when ``job_ids`` are the queries it was asked for; else ask."""
         if tuple(job_ids) != self.queries:
             jobs: dict[str, JobRecord] = self._source.get_jobs(job_ids)
             return jobs
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
+        return self._asked.result()
 
     def jobs_between(
         self, start_s: float, end_s: float, users: Sequence[str] | None = None

@@ -31,13 +31,13 @@ process, so both really run at once.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 from slurm_gpu.accounting.base import AccountingSource, is_settled
 from slurm_gpu.accounting.jobids import parse_job_id
+from slurm_gpu.background import InBackground
 from slurm_gpu.errors import JobNotFoundError
 from slurm_gpu.jobreport.adapter import RUNNING_STATES, accounting_report, with_telemetry
 from slurm_gpu.jobreport.model import JobReport, Telemetry, TelemetryStatus
@@ -84,32 +84,6 @@ class Prefetching(Protocol):
     def prefetch_user(self, user: str, since_s: float, until_s: float, limit: int) -> None:
         """Read ``user``'s newest ``limit`` stored jobs of ``[since_s, until_s]``."""
         ...
-
-
-T = TypeVar("T")
-
-
-class _InBackground(Generic[T]):
-    """One call run in a daemon thread; ``result`` joins it and re-raises its error."""
-
-    def __init__(self, call: Callable[[], T]) -> None:
-        self._call = call
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="gpueff-accounting", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._call()
-        except BaseException as exc:  # handed to the caller by result()
-            self._error = exc
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +226,7 @@ class PendingLookup:
         self,
         ids: Sequence[str],
         answered: dict[str, JobRecord],
-        asked: _InBackground[dict[str, JobRecord]] | None,
+        asked: InBackground[dict[str, JobRecord]] | None,
         reader: TelemetryReader,
     ) -> None:
         self._ids = list(ids)
@@ -309,7 +283,7 @@ def start_lookup(
     rest = list(dict.fromkeys(q for t, q in zip(ids, queries, strict=True) if t not in answered))
     if not rest:
         return PendingLookup(ids, answered, None, reader)
-    asked = _InBackground(lambda: accounting.get_jobs(rest))
+    asked = InBackground(lambda: accounting.get_jobs(rest))
     prefetch = getattr(reader, "prefetch", None)
     if prefetch is not None:
         prefetch(rest)
@@ -343,7 +317,7 @@ class PendingRecent:
     """A listing whose accounting query runs while the caller does other work."""
 
     def __init__(
-        self, asked: _InBackground[list[JobRecord]], reader: TelemetryReader, limit: int
+        self, asked: InBackground[list[JobRecord]], reader: TelemetryReader, limit: int
     ) -> None:
         self._asked = asked
         self._reader = reader
@@ -369,7 +343,7 @@ def start_recent(
 ) -> PendingRecent:
     """Ask accounting for ``user``'s jobs in ``[since_s, until_s]`` (in the background) and,
     meanwhile, let the reader read ahead."""
-    asked = _InBackground(lambda: accounting.jobs_between(since_s, until_s, [user]))
+    asked = InBackground(lambda: accounting.jobs_between(since_s, until_s, [user]))
     prefetch = getattr(reader, "prefetch_user", None)
     if prefetch is not None:
         prefetch(user, since_s, until_s, limit)
