@@ -102,13 +102,32 @@ def newest_completed_job() -> str:
     return out[-1] if out else ""
 
 
-def smoke_argv(script: str, tmp: str, tc_root: str) -> list[str]:
-    """``SMOKE_ARGS[script]`` with its placeholders filled."""
+def smoke_argv(script: str, tmp: str, tc_root: str, job: str | None = None) -> list[str]:
+    """``SMOKE_ARGS[script]`` with its placeholders filled (``{job}``: ``job``, else the test
+    cluster's newest completed job)."""
     args = SMOKE_ARGS[script]
-    job = newest_completed_job() if "{job}" in args else ""
+    if job is None:
+        job = newest_completed_job() if "{job}" in args else ""
     return [
         a.replace("{tmp}", tmp).replace("{tc_root}", tc_root).replace("{job}", job) for a in args
     ]
+
+
+def run_smoke(
+    script: str, timeout_s: float, *, tmp: str = "", tc_root: str = "", job: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``benchmarks/script`` at its tiny size with this interpreter and this checkout's
+    package, from the checkout (what the smoke tests run)."""
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / script), *smoke_argv(script, tmp, tc_root, job)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        check=False,
+    )
 
 
 def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:

@@ -6,7 +6,6 @@ tests/unit/test_benchmarks_smoke.py holds the benchmarks that need no cluster.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
 try:
-    from results import SMOKE_ARGS
+    from results import run_smoke
 finally:
     sys.path.remove(str(BENCH))
 
@@ -39,19 +38,7 @@ def completed_job() -> str:
 
 @pytest.mark.parametrize("script", ON_CLUSTER)
 def test_benchmark_runs_at_a_tiny_size_on_the_cluster(script: str, completed_job: str) -> None:
-    argv = [
-        a.replace("{job}", completed_job).replace("{tc_root}", str(slurmtools.tc_root()))
-        for a in SMOKE_ARGS[script]
-    ]
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *argv],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        cwd=REPO,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(REPO), "LANG": "C.UTF-8"},
-        check=False,
-    )
+    proc = run_smoke(script, TIMEOUT_S, tc_root=str(slurmtools.tc_root()), job=completed_job)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # A Markdown table: its header rule line.
     assert any(line.startswith(("|---", "|--:")) for line in proc.stdout.splitlines()), proc.stdout[

@@ -7,7 +7,6 @@ shape, never for a timing (tests/unit/test_benchmarks_smoke.py holds the other b
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ from labtools import REPO, Lab
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 try:
-    from results import SMOKE_ARGS
+    from results import SMOKE_ARGS, run_smoke
 finally:
     sys.path.remove(str(REPO / "benchmarks"))
 
@@ -35,15 +34,7 @@ def test_lab_latency_benchmark_runs_at_a_tiny_size(labs: dict[str, Lab]) -> None
     )
     if pg.returncode != 0:
         pytest.fail(f"share/testlab/pg start failed:\n{pg.stdout}\n{pg.stderr}")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / SCRIPT), *SMOKE_ARGS[SCRIPT]],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
+    proc = run_smoke(SCRIPT, TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines, proc.stderr[-2000:]

@@ -11,9 +11,7 @@ test_bench_smoke_cluster.py`` and ``tests/lab/test_lab_bench_smoke.py``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,7 +42,7 @@ _NEEDS = {
 
 sys.path.insert(0, str(BENCH))
 try:
-    from results import SMOKE_ARGS, render, smoke_argv
+    from results import SMOKE_ARGS, render, run_smoke
 finally:
     sys.path.remove(str(BENCH))
 
@@ -115,17 +113,7 @@ def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("script", "args"), CASES)
 def test_benchmark_runs_at_a_tiny_size(script: str, args: list[str], tmp_path: Path) -> None:
-    argv = smoke_argv(script, str(tmp_path), "")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *argv],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        cwd=REPO,
-        env=env,
-        check=False,
-    )
+    proc = run_smoke(script, TIMEOUT_S, tmp=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _printed_a_result(proc.stdout), proc.stdout[-2000:]
 
