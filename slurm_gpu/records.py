@@ -530,7 +530,11 @@ class JobRecord:
     submit_line: str | None = None
     """The command line the job was submitted with (``SubmitLine``, user text, cleaned), from
     which the request's style is read (``analysis.request``); ``None`` where accounting did
-    not keep it (not stored)."""
+    not keep it."""
+    batch_directives: str | None = None
+    """The ``#SBATCH`` lines of the job's batch script, one a line (user text, cleaned and
+    bounded: ``accounting.batchscript``), read as sbatch reads them; the submit line's options
+    override them. ``None`` where the site keeps no scripts or the job had none."""
 
 
 # --- Running jobs: what a node's live summaries (and Prometheus, from them) hold ---------

@@ -14,12 +14,18 @@ from slurm_gpu.errors import ConfigError
 
 
 def open_accounting(
-    settings: Settings, *, omit: Iterable[str] = (), overlap_text: bool = False
+    settings: Settings,
+    *,
+    omit: Iterable[str] = (),
+    overlap_text: bool = False,
+    batch_scripts: bool | None = None,
 ) -> AccountingSource:
     """The accounting source named by ``accounting.backend``. ``omit``: fields the caller does
     not need (``sacct.OMITTABLE``), left out of ``sacct`` queries because they cost time;
     ``overlap_text``: ``sacct``'s two queries run at once (``SacctSource``), for a caller a
-    person waits on. The pyslurm backend asks in one call and ignores both.
+    person waits on; ``batch_scripts``: read the batch scripts' ``#SBATCH`` lines
+    (``None``: as ``accounting.batch_scripts`` says, unless ``overlap_text``, whose caller
+    is waited on). The pyslurm backend asks in one call and ignores all three.
 
     Raises ``AccountingError`` when the pyslurm backend is chosen but pyslurm is missing.
     """
@@ -33,6 +39,9 @@ def open_accounting(
             batch_size=acc.batch_size,
             omit=omit,
             overlap_text=overlap_text,
+            batch_scripts=(
+                acc.batch_scripts and not overlap_text if batch_scripts is None else batch_scripts
+            ),
         )
     if acc.backend == "pyslurm":
         from slurm_gpu.accounting.pyslurm_source import PyslurmSource

@@ -6,7 +6,10 @@ Tests inject a runner that replays recorded output; production uses ``Subprocess
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,10 +32,17 @@ class CommandRunner(Protocol):
 
     Raises ``AccountingError`` when the command cannot be started (missing binary,
     permission) or runs past ``timeout_s``; a non-zero exit is returned, not raised.
+    ``max_stdout``: read at most this many bytes of standard output and stop the command
+    there (output a user wrote, such as a batch script); ``None``: read it all.
     """
 
     def __call__(
-        self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        max_stdout: int | None = None,
     ) -> CommandResult: ...
 
 
@@ -40,9 +50,16 @@ class SubprocessRunner:
     """Runs commands with ``subprocess``, adding ``env`` to the current environment."""
 
     def __call__(
-        self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        max_stdout: int | None = None,
     ) -> CommandResult:
         full_env = {**os.environ, **env}
+        if max_stdout is not None:
+            return _bounded(list(argv), full_env, timeout_s, max_stdout)
         try:
             done = subprocess.run(
                 list(argv),
@@ -75,3 +92,51 @@ class SubprocessRunner:
             stdout=done.stdout,
             stderr=done.stderr.decode("utf-8", "replace"),
         )
+
+
+def _bounded(argv: list[str], env: dict[str, str], timeout_s: float, limit: int) -> CommandResult:
+    """Run ``argv``, reading at most ``limit`` bytes of its output; past that the command is
+    killed and what was read is returned with exit 0 (the caller reads only the head). Its
+    standard error goes to a temporary file, so neither pipe can fill and stall it."""
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err
+            )
+        except FileNotFoundError:
+            raise AccountingError(f"{argv[0]}: command not found", hint="check the path") from None
+        except PermissionError:
+            raise AccountingError(
+                f"{argv[0]}: permission denied", hint="check the path and its mode"
+            ) from None
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        chunks: list[bytes] = []
+        size = 0
+        cut = False
+        with proc:
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.stdout, selectors.EVENT_READ)
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        proc.kill()
+                        raise AccountingError(
+                            f"{argv[0]} did not answer within {timeout_s:g} s",
+                            hint="slurmdbd may be overloaded or down; raise accounting.timeout_s",
+                        )
+                    if not sel.select(left):
+                        continue
+                    data = os.read(proc.stdout.fileno(), 65536)
+                    if not data:
+                        break
+                    chunks.append(data[: limit - size])
+                    size += len(chunks[-1])
+                    if size >= limit:
+                        cut = True
+                        proc.kill()
+                        break
+            code = proc.wait()
+        err.seek(0)
+        stderr = err.read(65536).decode("utf-8", "replace")
+    return CommandResult(returncode=0 if cut else code, stdout=b"".join(chunks), stderr=stderr)

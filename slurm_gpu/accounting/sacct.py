@@ -30,8 +30,10 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from slurm_gpu.accounting.batchscript import MAX_OUTPUT_BYTES as MAX_SCRIPT_OUTPUT
+from slurm_gpu.accounting.batchscript import directives_of, split_scripts
 from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.jobids import parse_job_id
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
@@ -568,6 +570,9 @@ class SacctSource:
     slurmdbd round trip of wall time instead of two, about 0.1 s each); by default the text
     query follows the accounting query and is skipped when it returned nothing, so the
     collector's empty windows cost one process.
+    ``batch_scripts``: also read each job's ``#SBATCH`` lines (``batchscript``) with one
+    ``sacct --batch-script`` call per user of the batch (one user's script can then name only
+    that user's jobs); a failed or empty answer leaves ``batch_directives`` ``None``.
     """
 
     name = "sacct"
@@ -581,9 +586,11 @@ class SacctSource:
         runner: CommandRunner | None = None,
         omit: Iterable[str] = (),
         overlap_text: bool = False,
+        batch_scripts: bool = False,
     ) -> None:
         self.fields = fields_without(omit)
         self.overlap_text = overlap_text
+        self.batch_scripts = batch_scripts
         self.sacct_path = sacct_path
         self.timeout_s = timeout_s
         self.batch_size = max(1, batch_size)
@@ -655,7 +662,34 @@ class SacctSource:
             result = parse_sacct_output(main, self.fields, text=text, text_delimiter=delimiter)
             if result.text_verified:
                 break
+        if self.batch_scripts and result.jobs:
+            self._attach_directives(result.jobs)
         return result
+
+    def _attach_directives(self, jobs: dict[str, JobRecord]) -> None:
+        """Set ``batch_directives`` on the jobs whose script accounting keeps (in place)."""
+        by_user: dict[str, list[str]] = {}
+        for raw_id, job in jobs.items():
+            by_user.setdefault(job.user, []).append(raw_id)
+        for raw_ids in by_user.values():
+            for chunk in _chunks(raw_ids, self.batch_size):
+                # sacct heads each script with the job's display id (``158_2`` for an array
+                # task, whose raw id would select the whole array).
+                shown = {jobs[r].job_id_display: r for r in chunk}
+                argv = [self.sacct_path, "--batch-script", "--jobs=" + ",".join(shown)]
+                try:
+                    done = self.runner(
+                        argv, env=SACCT_ENV, timeout_s=self.timeout_s, max_stdout=MAX_SCRIPT_OUTPUT
+                    )
+                except AccountingError:
+                    continue  # the style stays unknown: the advice uses the usual forms
+                if done.returncode != 0:
+                    continue
+                for display, script in split_scripts(_decode(done.stdout), list(shown)).items():
+                    directives = directives_of(script)
+                    if directives is not None:
+                        raw = shown[display]
+                        jobs[raw] = replace(jobs[raw], batch_directives=directives)
 
     def _run_pair(self, main_argv: list[str], text_argv: list[str]) -> tuple[bytes, bytes]:
         """Both queries at once: the text query in the background, the accounting query here.

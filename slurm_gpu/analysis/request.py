@@ -5,11 +5,12 @@ A script written with ``--gpus=2`` or ``--ntasks=2 --gpus-per-task=1`` that is t
 untyped GPU request together: "Invalid GRES specification (with and without type
 identification)"), and a GPU type the user never asked for narrows where the job can run. The
 request's style is read from the command line the job was submitted with (sacct's
-``SubmitLine``, Slurm 20.11 and later) and, for the GPU type, from ReqTRES (a typed
-``gres/gpu:<type>`` there only when the user asked for one: AllocTRES names the type of every
-GPU given, asked for or not). Options written as ``#SBATCH`` lines of the batch script are not
-on the submit line: where it says nothing of a resource, the style is unknown and the usual
-form is used (``--gres`` on one node, ``--gpus`` on several, ``--cpus-per-task``, ``--mem``).
+``SubmitLine``, Slurm 20.11 and later), over the ``#SBATCH`` lines of the batch script where
+the site keeps scripts (``accounting.batchscript``), and, for the GPU type, from ReqTRES (a
+typed ``gres/gpu:<type>`` there only when the user asked for one: AllocTRES names the type of
+every GPU given, asked for or not). Where neither says anything of a resource, the style is
+unknown and the usual form is used (``--gres`` on one node, ``--gpus`` on several,
+``--cpus-per-task``, ``--mem``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class Request:
     mem_form: str | None = None
     """``mem``, ``mem-per-gpu`` or ``mem-per-cpu``; ``None``: not on the submit line."""
     from_submit_line: bool = False
-    """Some resource option was read from the submit line."""
+    """Some resource option was read from the job's own request (its submit line or its batch
+    script's ``#SBATCH`` lines)."""
 
     @property
     def cores_per_gpu(self) -> bool:
@@ -92,8 +94,26 @@ def _options(line: str) -> list[tuple[str, str]]:
         words = shlex.split(line)
     except ValueError:
         return []
+    return _options_of(words[1:])  # past the command itself
+
+
+def _directive_options(directives: str) -> list[tuple[str, str]]:
+    """(long option, value) pairs of a script's ``#SBATCH`` lines, in order; a line that
+    does not split is skipped (sbatch would refuse it)."""
     out: list[tuple[str, str]] = []
-    i = 1  # past the command itself
+    for line in directives.splitlines():
+        try:
+            words = shlex.split(line.strip().removeprefix("#SBATCH"), comments=True)
+        except ValueError:
+            continue
+        out.extend(_options_of(words))
+    return out
+
+
+def _options_of(words: list[str]) -> list[tuple[str, str]]:
+    """(long option, value) pairs of ``words``, up to the first word that is not an option."""
+    out: list[tuple[str, str]] = []
+    i = 0
     while i < len(words):
         word = words[i]
         i += 1
@@ -147,12 +167,14 @@ def _gres_gpu(value: str) -> tuple[str | None, int | None] | None:
 
 
 def request_of(job: JobRecord) -> Request:
-    """The job's request style (``Request``): the submit line's options, the last one of a
-    kind winning as in sbatch; the GPU type from the submit line, else from ReqTRES."""
+    """The job's request style (``Request``): the batch script's ``#SBATCH`` lines, then the
+    submit line's options, the last one of a kind winning as in sbatch (its command line
+    overrides the script); the GPU type from those, else from ReqTRES."""
     gpu_form = gpu_type = cpu_form = mem_form = None
     gpus_per_task = ntasks = ntasks_per_node = cpus_value = None
     seen = False
-    for name, value in _options(job.submit_line or ""):
+    options = _directive_options(job.batch_directives or "") + _options(job.submit_line or "")
+    for name, value in options:
         if name == "--gres":
             got = _gres_gpu(value)
             if got is not None:
@@ -227,8 +249,8 @@ def tasks_per_node(req: Request, gpus_per_node: int, nnodes: int) -> int:
 def cpu_line(req: Request, cores_per_node: int, gpus_per_node: int, nnodes: int) -> tuple[str, int]:
     """(``#SBATCH`` line, its value) giving a node at least ``cores_per_node`` cores with
     ``gpus_per_node`` GPUs on it, in the job's form: per GPU where it asked per GPU, else per
-    task. A job whose submit line names no CPU option may name one in its batch script, which
-    accounting does not keep: ``--cpus-per-task`` is the common form there, and a
+    task. A job whose request names no CPU option may still name one in a batch script the
+    site does not keep: ``--cpus-per-task`` is the common form there, and a
     ``--cpus-per-gpu`` line beside it would make sbatch refuse the script."""
     if req.cpu_form != CPUS_PER_GPU or not gpus_per_node:
         tasks = tasks_per_node(req, gpus_per_node, nnodes)

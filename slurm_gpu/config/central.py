@@ -14,6 +14,14 @@ class AccountingSettings:
     sacct_path: str = setting("sacct", "sacct executable (absolute path recommended).")
     timeout_s: float = setting(60.0, "Timeout of one accounting query, seconds.", min=1, max=3600)
     batch_size: int = setting(500, "Jobs asked of sacct in one call.", min=1, max=100000)
+    batch_scripts: bool = setting(
+        True,
+        "Read the #SBATCH lines of each job's batch script (sacct --batch-script), so that "
+        "advice keeps the options the script used. Slurm keeps scripts only with "
+        "AccountingStoreFlags=job_script; without it each batch costs one more sacct call per "
+        "user that finds nothing. The collector reads them; gpueff on a job not yet "
+        "collected does not (it is waited on).",
+    )
 
 
 @dataclass(frozen=True)
