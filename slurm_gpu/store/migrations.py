@@ -126,6 +126,17 @@ def _m10_inbox_hosts(conn: Connection) -> None:
     bind_inbox_hosts(conn)
 
 
+def _m11_request_text(conn: Connection) -> None:
+    _add_missing_columns(
+        conn,
+        (
+            ("jobs", "submit_line", "TEXT"),
+            ("jobs", "batch_directives", "TEXT"),
+            ("jobs", "reason", "TEXT"),
+        ),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create jobs, job_hosts, job_gpus, timelines and findings", _m1_create_tables),
     Migration(2, "create job_reports (gpueff's rendered reports)", _m2_job_reports),
@@ -163,6 +174,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         10,
         "PostgreSQL: bind each inbox writer (node role) to the hosts it may push records for",
         _m10_inbox_hosts,
+    ),
+    Migration(
+        11,
+        "add jobs.submit_line, jobs.batch_directives and jobs.reason (the job's own request "
+        "style and Slurm's state reason, for re-analysis from the store)",
+        _m11_request_text,
     ),
 )
 

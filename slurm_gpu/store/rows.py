@@ -262,6 +262,10 @@ def job_from(r: Any) -> JobRecord:
         mail_type=r.mail_type,
         gres_gpu_detail=r.gres_gpu_detail,
         steps=steps_from(getattr(r, "steps_json", None)),
+        # Since schema version 11 (``None`` on rows stored before: not known).
+        submit_line=getattr(r, "submit_line", None),
+        batch_directives=getattr(r, "batch_directives", None),
+        reason=getattr(r, "reason", None),
     )
 
 

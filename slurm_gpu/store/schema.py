@@ -114,6 +114,12 @@ jobs = Table(
     # Since schema version 6: when ``slurm-gpu store prune`` removed the job's timelines and
     # rendered report (seconds since the epoch); NULL while they are kept.
     Column("timeline_pruned_s", Float),
+    # Since schema version 11: the job's own request (its submit line and its batch script's
+    # ``#SBATCH`` lines, cleaned user text) and Slurm's last state reason, so that a
+    # re-analysis from the store writes advice in the job's form and knows a node failure.
+    Column("submit_line", Text),
+    Column("batch_directives", Text),
+    Column("reason", Text),
 )
 Index("ix_jobs_end_s", jobs.c.end_s)
 Index("ix_jobs_user_end", jobs.c.user, jobs.c.end_s)
@@ -298,7 +304,7 @@ V1_TABLES = ("jobs", "job_hosts", "job_gpus", "timelines", "findings")
 
 #: Columns added to a table after migration 1 (by the migration that added them), which
 #: migration 1 leaves out so that a fresh store passes through every step.
-LATER_COLUMNS = {"jobs": ("timeline_pruned_s",)}
+LATER_COLUMNS = {"jobs": ("timeline_pruned_s", "submit_line", "batch_directives", "reason")}
 
 #: Child tables first: the order in which a job's rows are deleted.
 JOB_CHILD_TABLES = (job_reports, findings, timelines, job_gpus, job_hosts)

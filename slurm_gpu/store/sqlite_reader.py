@@ -28,7 +28,7 @@ from slurm_gpu.store.urls import sqlite_path as sqlite_path
 
 #: The schema version these queries are written for; a test keeps it equal to
 #: ``migrations.LATEST_VERSION``, so a new migration cannot forget this reader.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: Ids per ``IN (...)`` list, as in ``Store``.
 _CHUNK = 500

@@ -48,11 +48,11 @@ def test_store_migrate_then_info(tmp_path: Path) -> None:
     assert first.exit_code == 0 and "applied migration 1" in first.output
     assert "applied migration 2: create job_reports" in first.output
     again = runner.invoke(cli, ["--config", str(cfg), "store", "migrate"])
-    assert again.exit_code == 0 and "already at schema version 10" in again.output
+    assert again.exit_code == 0 and "already at schema version 11" in again.output
     info = runner.invoke(cli, ["--config", str(cfg), "store", "info", "--json"])
     assert info.exit_code == 0, info.output
     data = json.loads(info.output)
-    assert data["schema_version"] == 10 and data["rows"]["jobs"] == 0
+    assert data["schema_version"] == 11 and data["rows"]["jobs"] == 0
     assert data["rows"]["job_reports"] == 0
 
 
