@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from store_fixtures import make_job, make_node  # noqa: E402
+from store_fixtures import make_job, make_node
 
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store, migrations
 from slurm_gpu.store.sqlite_reader import SqliteReader
