@@ -1,8 +1,9 @@
 """Issue 26 end to end on the test cluster: a job ended by its time limit mid-step, a job with
-a failed step, and a ``--gpus``-style and a ``--gpus-per-task``-style job with an unused GPU,
-each run by ``sgtest1``, collected, then diagnosed from its stored node records and a fresh
-sacct record (SubmitLine and Reason are not stored); each recommended set must pass
-``sbatch --test-only``.
+a failed step, a ``--gpus``-style and a ``--gpus-per-task``-style job with an unused GPU, and
+one whose ``--gpus`` request is written in its batch script's ``#SBATCH`` lines alone, each run
+by ``sgtest1``, collected, then diagnosed from the store alone (the job record as the collector
+stored it: its submit line, its script's directives and Slurm's reason included); each
+recommended set must pass ``sbatch --test-only``, the script's pasted into the script.
 
 Takes about three minutes (the time-limit job runs its one-minute limit out).
 """
@@ -16,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 import slurmtools
 
-from slurm_gpu.accounting.sacct import SacctSource
 from slurm_gpu.analysis import Analysis, Code, analyze
 from slurm_gpu.config import load_settings
+from slurm_gpu.records import JobRecord
 from slurm_gpu.store import open_store
 
 pytestmark = pytest.mark.cluster
@@ -31,6 +32,19 @@ def _idle_gpu_script() -> str:
     request comes from the submit line, in the style under test."""
     lines = (DEMO / "idle-gpu.sbatch").read_text().splitlines()
     return "\n".join(line for line in lines if not line.startswith("#SBATCH --gres")) + "\n"
+
+
+def _script_styled_gpus_script() -> str:
+    """The idle-gpu demo with its GPU and core request written as ``#SBATCH --gpus=2`` and
+    ``#SBATCH --cpus-per-gpu=1``: submitted with no option, its submit line names nothing."""
+    out = []
+    for line in (DEMO / "idle-gpu.sbatch").read_text().splitlines():
+        if line.startswith("#SBATCH --gres"):
+            line = "#SBATCH --gpus=2"
+        elif line.startswith("#SBATCH --cpus-per-task"):
+            line = "#SBATCH --cpus-per-gpu=1"
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def _step_script(body: str) -> str:
@@ -55,6 +69,7 @@ def analyses() -> Iterator[dict[str, Analysis]]:
         "failed-step": (_step_script("srun sh -c 'sleep 15; exit 3'\nexit 0"), ("--time=5",)),
         "gpus": (_idle_gpu_script(), ("--gpus=2",)),
         "gpus-per-task": (_idle_gpu_script(), ("--ntasks=2", "--gpus-per-task=1")),
+        "script-gpus": (_script_styled_gpus_script(), ()),
     }
     jobs = {
         name: slurmtools.submit(script, "sgtest1", (*common, *extra))
@@ -74,14 +89,18 @@ def analyses() -> Iterator[dict[str, Analysis]]:
                 check=False,
             )
             time.sleep(2)
-    records = SacctSource().get_jobs(list(jobs.values()))
     result = {}
     with open_store(settings, readonly=True) as store:
         for name, job_id in jobs.items():
             stored = store.get_job(job_id, timelines=True)
             assert stored is not None, name
-            result[name] = analyze(records[job_id], stored.nodes, settings.analysis)
+            result[name] = analyze(stored.job, stored.nodes, settings.analysis)
+            STORED[name] = stored.job
     yield result
+
+
+#: The job records as the collector stored them, by case.
+STORED: dict[str, JobRecord] = {}
 
 
 def _codes(a: Analysis) -> set[Code]:
@@ -123,3 +142,30 @@ def test_gpus_per_task_style_job_with_an_unused_gpu(analyses: dict[str, Analysis
     lines = [line for r in a.recommendations for line in r.sbatch_lines]
     assert "#SBATCH --ntasks=1" in lines and not any("--gres" in x for x in lines)
     _test_only(a, ("--ntasks=2", "--gpus-per-task=1", "--cpus-per-task=2", "--mem=2G"))
+
+
+def test_gpus_written_only_in_the_batch_script_keep_their_form(
+    analyses: dict[str, Analysis],
+) -> None:
+    # Submitted as plain "sbatch": the style is in the script, which the test cluster keeps
+    # (AccountingStoreFlags=job_script) and the collector read and stored.
+    job = STORED["script-gpus"]
+    assert job.batch_directives is not None and "#SBATCH --gpus=2" in job.batch_directives
+    a = analyses["script-gpus"]
+    lines = [line for r in a.recommendations for line in r.sbatch_lines]
+    assert "#SBATCH --gpus=1" in lines and not any("--gres" in x for x in lines), lines
+    # Pasted into the script in place of the lines naming the same options.
+    script = _script_styled_gpus_script().splitlines()
+    for line in lines:
+        name = line.split("=", 1)[0]
+        script = [x if x.split("=", 1)[0] != name else line for x in script]
+        if line not in script:
+            script.insert(1, line)
+    proc = slurmtools.run_as(
+        "sgtest1",
+        ["sbatch", "--test-only"],
+        input_text="\n".join(script) + "\n",
+        cwd=slurmtools.user_dir("sgtest1"),
+        check=False,
+    )
+    assert proc.returncode == 0, (script, proc.stderr)
