@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "unit"))
 
 from analysis_factory import GIB, gpu, host, job, node, timeline
 
+from slurm_gpu.accounting.batchscript import directives_of
 from slurm_gpu.analysis import analyze
 from slurm_gpu.analysis.engine import Analysis
 from slurm_gpu.analysis.request import request_of
@@ -43,10 +45,13 @@ OLD_TYPED_GRES_IN_A_GPUS_SCRIPT = {"--gpus": "2", "--gres": "gpu:a100:1"}
 
 @dataclass(frozen=True, slots=True)
 class StyleCase:
-    """One request style: the submit line's options and the lines the advice must hold."""
+    """One request style: the job's options and the lines the advice must hold.
+    ``in_script``: the options are the batch script's ``#SBATCH`` lines (one a line) and the
+    submit line is a plain ``sbatch job.sh``; else they are on the submit line."""
 
     options: str
     expected: tuple[str, ...]
+    in_script: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +103,9 @@ def cpus_of(options: dict[str, str]) -> int:
     return int(options.get("--cpus-per-task", "1")) * int(options.get("--ntasks", "1"))
 
 
-def analysis_of(options: str, shape: JobShape) -> Analysis:
-    """The diagnosis of a 2-GPU job submitted with ``options``: GPU-0 busy, GPU-1 never used,
+def analysis_of(options: str, shape: JobShape, *, in_script: bool = False) -> Analysis:
+    """The diagnosis of a 2-GPU job submitted with ``options`` (on its submit line, or as its
+    script's ``#SBATCH`` lines with ``in_script``): GPU-0 busy, GPU-1 never used,
     ``shape.peak_cores`` busy cores and ``shape.rss_bytes`` of memory throughout an hour."""
     cpus = cpus_of(options_of(options))
     j = job(
@@ -109,7 +115,11 @@ def analysis_of(options: str, shape: JobShape) -> Analysis:
         max_rss=shape.rss_bytes,
         total_cpu=shape.peak_cores * 3600.0,
     )
-    j = replace(j, submit_line=f"sbatch {options} job.sh")
+    if in_script:
+        script = "#!/bin/sh\n" + "".join(f"#SBATCH {o}\n" for o in shlex.split(options))
+        j = replace(j, submit_line="sbatch job.sh", batch_directives=directives_of(script))
+    else:
+        j = replace(j, submit_line=f"sbatch {options} job.sh")
     tl = timeline([90.0] * 10, [shape.peak_cores] * 10, n_gpus=2)
     gpus = [gpu("GPU-0", duty=90.0), gpu("GPU-1", duty=0.0, process=False)]
     summary = host(cores=cpus, busy_frac=shape.peak_cores / cpus, rss_max_bytes=shape.rss_bytes)
@@ -140,7 +150,7 @@ def check_style(
     before = options_of(case.options)
     proc = test_only(before)
     assert proc.returncode == 0, ("the job as submitted", before, proc.stderr)
-    a = analysis_of(case.options, shape)
+    a = analysis_of(case.options, shape, in_script=case.in_script)
     lines = [line for r in a.recommendations for line in r.sbatch_lines]
     for want in case.expected:
         assert want in lines, lines

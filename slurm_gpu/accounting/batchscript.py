@@ -31,7 +31,7 @@ MAX_DIRECTIVE_LEN = 512
 #: script's directives are at its top, and Slurm's own cap on one script is 4 MiB by default).
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 
-_HEADER_RE = re.compile(r"^Batch Script for (\S+)\n-{20,}\n", re.MULTILINE)
+_HEADER_RE = re.compile(r"Batch Script for (\S+)\n-{20,}\n")
 _DIRECTIVE = "#SBATCH"
 #: Directive words that start the next component of a heterogeneous job.
 _NEXT_COMPONENT = frozenset({"hetjob", "packjob"})

@@ -56,6 +56,13 @@ CASES = [
     ),
     StyleCase("--ntasks=2 --gpus-per-task=1 --cpus-per-task=2 --mem=4G", ("#SBATCH --ntasks=1",)),
     StyleCase("--gpus=a100:2 --cpus-per-gpu=4 --mem=4G", ("#SBATCH --gpus=a100:1",)),
+    # The same options written as the batch script's #SBATCH lines, submitted bare.
+    StyleCase("--gpus=2 --cpus-per-gpu=2 --mem-per-gpu=2G", ("#SBATCH --gpus=1",), in_script=True),
+    StyleCase(
+        "--ntasks=2 --gpus-per-task=1 --cpus-per-task=2 --mem=4G",
+        ("#SBATCH --ntasks=1",),
+        in_script=True,
+    ),
 ]
 
 
@@ -74,7 +81,9 @@ def job_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.options for c in CASES])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[("script: " if c.in_script else "") + c.options for c in CASES]
+)
 def test_recommended_set_in_the_jobs_style_is_accepted_and_covers_the_peak(
     case: StyleCase, job_dir: Path
 ) -> None:

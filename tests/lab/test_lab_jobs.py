@@ -81,6 +81,23 @@ def test_each_node_seals_its_own_record_of_its_own_gpus(
     assert stored.job.alloc_tres.gpus == 8
 
 
+def test_the_collector_keeps_the_batch_scripts_directives(
+    lab: Lab, collected: dict[str, tuple[str, dict[str, list[str]]]]
+) -> None:
+    # The lab keeps scripts (AccountingStoreFlags=job_script): this version's
+    # "sacct --batch-script" output is read, and the request style is the script's.
+    from slurm_gpu.analysis.request import request_of
+
+    job_id, _ = two_node_job(lab, collected)
+    job = stored_job(lab, job_id).job
+    assert job.batch_directives == (
+        "#SBATCH --job-name=lab-two-node\n"
+        "#SBATCH -N2 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:4 --mem=400M --time=00:05:00"
+    )
+    req = request_of(job)
+    assert (req.gpu_form, req.cpu_form, req.mem_form) == ("gres", "cpus-per-task", "mem")
+
+
 def test_admincomment_is_written_after_the_job_and_read_by_reportseff(
     lab: Lab, collected: dict[str, tuple[str, dict[str, list[str]]]]
 ) -> None:

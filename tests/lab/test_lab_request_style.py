@@ -62,6 +62,12 @@ CASES = [
         "--gpus=a100:2 --cpus-per-gpu=1 --mem=3G",
         ("#SBATCH --gpus=a100:1", "#SBATCH --cpus-per-gpu=2"),
     ),
+    # Written as the batch script's #SBATCH lines and submitted bare.
+    StyleCase(
+        "--gpus=2 --cpus-per-gpu=1 --mem-per-gpu=1536M",
+        ("#SBATCH --gpus=1", "#SBATCH --cpus-per-gpu=2", "#SBATCH --mem-per-gpu=1G"),
+        in_script=True,
+    ),
 ]
 
 
@@ -72,7 +78,9 @@ def _test_only(lab: Lab, options: dict[str, str]) -> subprocess.CompletedProcess
     return lab.run(argv, user=USER, check=False)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.options for c in CASES])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[("script: " if c.in_script else "") + c.options for c in CASES]
+)
 def test_recommended_set_in_the_jobs_style_is_accepted_and_covers_the_peak(
     lab: Lab, case: StyleCase
 ) -> None:
