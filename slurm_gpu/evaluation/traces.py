@@ -1114,7 +1114,7 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
     if step_cpu:
         cpu_s = sum(step_cpu)
     # Drawn after the readings, so the request's style leaves every other draw as it was.
-    submit_line, typed = _submit_line(p, mem_per_node)
+    submit_line, directives, typed = _submit_line(p, mem_per_node)
     if typed:
         tres = Tres(
             cpus=tres.cpus,
@@ -1162,6 +1162,7 @@ def _job(p: _Plan, job_id: str, hosts: tuple[str, ...], nodes: Sequence[NodeReco
         mail_type=None,
         steps=tuple(p.steps),
         submit_line=submit_line,
+        batch_directives=directives,
     )
 
 
@@ -1179,9 +1180,14 @@ def _gpu_type_name(model: str) -> str:
     return "gpu"
 
 
-def _submit_line(p: _Plan, mem_per_node: int) -> tuple[str, str | None]:
-    """(the sbatch command line of the job, in a drawn request style; the GPU type it names,
-    if any)."""
+#: Where a synthetic job's options are written: on the sbatch command line, or as its batch
+#: script's ``#SBATCH`` lines (read from a site that keeps scripts) with a bare command line.
+OPTION_PLACES = ("command line", "batch script")
+
+
+def _submit_line(p: _Plan, mem_per_node: int) -> tuple[str, str | None, str | None]:
+    """(the sbatch command line of the job, its script's ``#SBATCH`` lines, both in a drawn
+    request style and place; the GPU type it names, if any)."""
     rng = p.rng
     gpu_style = rng.choice(GPU_STYLES)
     cpu_style = rng.choice(CPU_STYLES)
@@ -1210,8 +1216,11 @@ def _submit_line(p: _Plan, mem_per_node: int) -> tuple[str, str | None]:
         words.append(f"--mem-per-cpu={mem_per_node // (p.cpus_per_gpu * per_node) // mib}M")
     else:
         words.append(f"--mem={mem_per_node // mib}M")
+    # Drawn last, so the place leaves the style's draws as they were.
+    if rng.choice(OPTION_PLACES) == "batch script":
+        return "sbatch job.sh", "\n".join(f"#SBATCH {w}" for w in words[1:]), typed
     words.append("job.sh")
-    return " ".join(words), typed
+    return " ".join(words), None, typed
 
 
 def generate(pattern: str, seed: int, interval_s: float | None = None) -> Trace:

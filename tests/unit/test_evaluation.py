@@ -430,3 +430,20 @@ def test_every_code_has_wording_that_renders() -> None:
 def test_no_template_without_a_code() -> None:
     names = {p.name for p in TEMPLATES.glob("*.j2")}
     assert names == {template_name(c.value) for c in Code}
+
+
+def test_generated_jobs_write_their_options_on_the_command_line_or_in_the_script() -> None:
+    # Both places are drawn, and the request style read from either is the same kind of
+    # style: the evaluation's recommendation checks cover jobs whose options only the batch
+    # script names (issue 26, point 5).
+    from slurm_gpu.analysis.request import request_of
+
+    places = {"command line": 0, "batch script": 0}
+    for seed in range(40):
+        j = generate("healthy", seed).job
+        in_script = j.batch_directives is not None
+        places["batch script" if in_script else "command line"] += 1
+        if in_script:
+            assert j.submit_line == "sbatch job.sh"
+        assert request_of(j).gpu_form is not None, (j.submit_line, j.batch_directives)
+    assert min(places.values()) >= 8, places
