@@ -195,7 +195,10 @@ def test_the_real_runner_stops_reading_at_its_bound(tmp_path) -> None:  # type: 
 def test_a_script_without_a_final_newline_does_not_swallow_the_next_header() -> None:
     # sacct prints the scripts back to back (24.11, 26.05): a script that does not end with a
     # newline runs straight into the next header.
-    out = f"Batch Script for 5_1\n{RULE}\n#!/bin/sh\n#SBATCH -G 1\ntrueBatch Script for 5_2\n{RULE}\n#SBATCH -G 2\n"
+    out = (
+        f"Batch Script for 5_1\n{RULE}\n#!/bin/sh\n#SBATCH -G 1\ntrue"
+        f"Batch Script for 5_2\n{RULE}\n#SBATCH -G 2\n"
+    )
     got = split_scripts(out, ["5_1", "5_2"])
     assert directives_of(got["5_1"]) == "#SBATCH -G 1"
     assert directives_of(got["5_2"]) == "#SBATCH -G 2"
