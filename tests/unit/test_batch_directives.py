@@ -202,3 +202,50 @@ def test_a_script_without_a_final_newline_does_not_swallow_the_next_header() -> 
     got = split_scripts(out, ["5_1", "5_2"])
     assert directives_of(got["5_1"]) == "#SBATCH -G 1"
     assert directives_of(got["5_2"]) == "#SBATCH -G 2"
+
+
+def test_jobs_whose_steps_show_no_batch_step_are_not_asked_about() -> None:
+    # An srun or salloc job has no script: with its steps known, it costs no query.
+    from sacct_fixtures import row, step
+
+    from slurm_gpu.accounting.sacct import SacctSource
+
+    srun_job = row(JobIDRaw="31", JobID="31", User="carol")
+    batch_job = row(JobIDRaw="32", JobID="32", User="dave")
+    rows = [srun_job, step(srun_job, "0"), batch_job, step(batch_job, "batch")]
+    runner = _ScriptRunner(rows, {"31": "#SBATCH -G 1\n", "32": "#SBATCH -G 2\n"})
+    jobs = SacctSource(runner=runner, batch_scripts=True).get_jobs(["31", "32"])
+    assert [c[-1] for c in runner.script_calls] == ["--jobs=32"]
+    assert jobs["31"].batch_directives is None
+    assert jobs["32"].batch_directives == "#SBATCH -G 2"
+
+
+def test_one_id_sacct_refuses_costs_a_few_calls_not_the_whole_batch() -> None:
+    # Seen on the test cluster: "sacct: fatal: Bad job array element specified" for one id
+    # made the whole list's scripts unknown. The list is halved until the bad id is alone;
+    # array tasks that never started ("121_[4-49]") are not asked about at all.
+    from sacct_fixtures import row
+
+    from slurm_gpu.accounting.runner import CommandResult
+    from slurm_gpu.accounting.sacct import SacctSource
+
+    class Refuses(_ScriptRunner):
+        def __call__(self, argv, *, env, timeout_s, max_stdout=None):  # type: ignore[no-untyped-def]
+            if "--batch-script" in argv and "43" in argv[-1].split("=", 1)[1].split(","):
+                self.script_calls.append(list(argv))
+                return CommandResult(1, b"", "sacct: fatal: Bad job/step specified: 43")
+            return super().__call__(argv, env=env, timeout_s=timeout_s, max_stdout=max_stdout)
+
+    rows = [row(JobIDRaw=str(i), JobID=str(i), User="erin") for i in range(40, 48)]
+    rows.append(row(JobIDRaw="121", JobID="121_[4-49]", User="erin"))
+    scripts = {str(i): f"#SBATCH -G {i}\n" for i in range(40, 48)}
+    runner = Refuses(rows, scripts)
+    jobs = SacctSource(runner=runner, batch_scripts=True).get_jobs([r["JobIDRaw"] for r in rows])
+    got = {k: v.batch_directives for k, v in jobs.items()}
+    assert got == {
+        **{str(i): f"#SBATCH -G {i}" for i in range(40, 48) if i != 43},
+        "43": None,
+        "121": None,
+    }
+    assert len(runner.script_calls) <= 8
+    assert not any("121" in c[-1] for c in runner.script_calls)
