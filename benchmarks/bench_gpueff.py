@@ -182,6 +182,41 @@ def main() -> int:
     print(
         f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}"
     )
+    from results import target_line
+
+    seff_s = statistics.median(times["`seff JOBID`"])
+    print(
+        target_line(
+            f"`gpueff` as owner, collected job {args.job} (median wall)",
+            f"{owner:.3f} s = {ratio:.2f}× seff",
+            f"`seff` {seff_s:.3f} s",
+            "≤ 0.5× seff",
+            ratio <= 0.5,
+        )
+    )
+    for g_name, s_name in pairs:
+        each = statistics.median(times[g_name]) / statistics.median(times[s_name])
+        job = g_name.split("job ", 1)[1].split(":", 1)[0]
+        print(
+            target_line(
+                f"`gpueff` as owner, job {job} that accounting must answer (running or not yet "
+                "collected; median wall)",
+                f"{statistics.median(times[g_name]):.3f} s = {each:.2f}× seff",
+                f"`seff` {statistics.median(times[s_name]):.3f} s",
+                "≤ 1× seff",
+                each <= 1.0,
+            )
+        )
+    print(
+        target_line(
+            f"`gpueff` on another user's job (refused; median wall), as {args.other_user}",
+            f"{statistics.median(times['`gpueff JOBID` as another user (asks sacct)']):.3f} s"
+            f" = {other_ratio:.2f}× seff",
+            f"`seff` as owner {seff_s:.3f} s",
+            "≤ 1× seff",
+            other_ratio <= 1.0,
+        )
+    )
     return 0
 
 

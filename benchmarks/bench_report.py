@@ -167,6 +167,36 @@ def _codes(specs: list[str] | None) -> list[tuple[str, str | None]]:
     return out
 
 
+#: Issue 29's targets: seconds at a week of jobs, and the memory that must stay flat.
+TIME_TARGETS_S = {100_000: 5.0, 1_000_000: 30.0}
+MEMORY_TARGET_MIB = 300
+
+
+def _print_targets(backend: str, jobs: int, total_s: float, rss_mib: float) -> None:
+    """The target lines (``results.target_line``) of one size on one back end."""
+    from results import target_line
+
+    for size, limit in TIME_TARGETS_S.items():
+        if jobs == size:
+            print(
+                target_line(
+                    f"weekly report, {jobs:,} jobs, {backend}: aggregate + render",
+                    f"{total_s:.2f} s",
+                    f"≤ {limit:g} s",
+                    total_s <= limit,
+                )
+            )
+    if jobs == max(TIME_TARGETS_S):
+        print(
+            target_line(
+                f"weekly report, {jobs:,} jobs, {backend}: peak resident memory of the report",
+                f"{rss_mib:.0f} MiB",
+                f"≤ {MEMORY_TARGET_MIB} MiB",
+                rss_mib <= MEMORY_TARGET_MIB,
+            )
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     codes = _codes(args.code)
     print(
@@ -212,6 +242,8 @@ def _run(args: argparse.Namespace) -> int:
                     f"| {r['maxrss_mib']:.0f} | {r['load_1min']:.1f} |",
                     flush=True,
                 )
+                if code is None:
+                    _print_targets(name, int(r["jobs"]), total, r["maxrss_mib"])
             if done is not None and not args.keep:
                 for suffix in ("", "-journal", ".generated"):
                     if os.path.exists(f"{url.removeprefix('sqlite:///')}{suffix}"):

@@ -4,6 +4,7 @@
 
     python benchmarks/results.py record --out R.jsonl [--timeout S] [--smoke] -- PYTHON bench_x.py
     python benchmarks/results.py render R.jsonl
+    python benchmarks/results.py write-doc RENDERED.md docs/performance.md
 
 Each line of the file is one benchmark run: its script and arguments, exit status, wall time
 (s), the UTC start, the machine (``nproc``, ``uname -r``, OS, memory, GPU, Python), the load
@@ -46,6 +47,28 @@ SMOKE_ARGS: dict[str, list[str]] = {
     "bench_store_journal.py": ["--smoke", "--dir", "{tmp}"],
     "bench_store_prune.py": ["--jobs", "300", "--ingest-jobs", "20", "--dir", "{tmp}"],
 }
+
+
+#: The arguments of the documented run of each benchmark, where its defaults are not that run
+#: (sizes the targets name, a job of the test cluster, a scratch directory); "{pg_url}": the
+#: test PostgreSQL server's URL (``share/testpg/start``), the pair dropped when it has none.
+FULL_ARGS: dict[str, list[str]] = {
+    "bench_collect.py": ["--jobs", "1000", "--gpus", "1", "4", "--repeat", "3"],
+    "bench_gpueff.py": ["--runs", "11", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"],
+    "bench_report.py": [
+        "--sizes",
+        "100000",
+        "1000000",
+        "--sqlite-dir",
+        "{tmp}",
+        "--pg-url",
+        "{pg_url}",
+    ],
+    "bench_store_journal.py": ["--dir", "{tmp}"],
+    "bench_store_prune.py": ["--jobs", "100000", "--dir", "{tmp}"],
+}
+#: Where the test PostgreSQL server writes its URL.
+TESTPG_URL_FILE = Path("/var/lib/slurm-gpu-testpg/url")
 
 
 def _loadavg() -> list[float]:
@@ -113,6 +136,26 @@ def smoke_argv(script: str, tmp: str, tc_root: str, job: str | None = None) -> l
     ]
 
 
+def full_argv(script: str, tmp: str, tc_root: str) -> list[str]:
+    """``FULL_ARGS[script]`` with its placeholders filled; ``[]`` for a benchmark whose
+    defaults are its documented run."""
+    args = list(FULL_ARGS.get(script, []))
+    if "{pg_url}" in args:
+        at = args.index("{pg_url}")
+        try:
+            url = TESTPG_URL_FILE.read_text(encoding="utf-8").strip()
+        except OSError:
+            url = ""
+        if url:
+            args[at] = url
+        else:
+            del args[at - 1 : at + 1]
+    job = newest_completed_job() if "{job}" in args else ""
+    return [
+        a.replace("{tmp}", tmp).replace("{tc_root}", tc_root).replace("{job}", job) for a in args
+    ]
+
+
 def run_smoke(
     script: str, timeout_s: float, *, tmp: str = "", tc_root: str = "", job: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -135,7 +178,10 @@ def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
     script = Path(argv[-1]).name
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         tc_root = os.environ.get("TC_ROOT", "/var/lib/slurm-gpu-testcluster")
-        extra = smoke_argv(script, tmp, tc_root) if smoke and script in SMOKE_ARGS else []
+        if smoke:
+            extra = smoke_argv(script, tmp, tc_root) if script in SMOKE_ARGS else []
+        else:
+            extra = full_argv(script, tmp, tc_root)
         started = datetime.now(UTC)
         load_before = _loadavg()
         t0 = time.perf_counter()
@@ -166,8 +212,33 @@ def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
     return rc
 
 
+#: How a benchmark marks a figure that has a target: one line of its output, an HTML comment
+#: (invisible in the rendered section) holding JSON, gathered by ``render`` into one table.
+TARGET_PREFIX = "<!-- target "
+
+
+def target_line(figure: str, measured: str, target: str, met: bool, peer: str = "—") -> str:
+    """The line a benchmark prints for a figure with a target: ``measured`` and ``peer`` as
+    shown (units and ranges included; ``peer``: the peer tool's figure in the same run)."""
+    data = {"figure": figure, "measured": measured, "peer": peer, "target": target, "met": met}
+    return TARGET_PREFIX + json.dumps(data, ensure_ascii=False) + " -->"
+
+
+def _targets(stdout: str) -> tuple[list[dict[str, Any]], str]:
+    """(the target records of one benchmark's output, that output without their lines)."""
+    found: list[dict[str, Any]] = []
+    kept: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(TARGET_PREFIX) and line.endswith(" -->"):
+            found.append(json.loads(line[len(TARGET_PREFIX) : -len(" -->")]))
+        else:
+            kept.append(line)
+    return found, "\n".join(kept)
+
+
 def render(path: Path) -> str:
-    """The Markdown of a results file: a heading with machine, date and load, then each run."""
+    """The Markdown of a results file: a heading with machine, date and load, the table of
+    every figure that has a target (with its peer in the same run), then each run."""
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     if not rows:
         return ""
@@ -183,14 +254,53 @@ def render(path: Path) -> str:
         + (" (tiny sizes: a check that each runs, not a measure)." if rows[0]["smoke"] else "."),
         "",
     ]
+    targets: list[tuple[str, dict[str, Any]]] = []
+    bodies: list[str] = []
     for r in rows:
+        found, body = _targets(r["stdout"])
+        targets += [(r["bench"], t) for t in found]
+        bodies.append(body)
+    if targets:
+        parts += [
+            "| figure | measured | peer, same run | target | met | benchmark |",
+            "|---|---|---|---|---|---|",
+        ]
+        for bench, t in targets:
+            met = "yes" if t["met"] else "**no**"
+            parts.append(
+                f"| {t['figure']} | {t['measured']} | {t['peer']} | {t['target']} | {met} "
+                f"| `{bench}` |"
+            )
+        parts.append("")
+    for r, body in zip(rows, bodies, strict=True):
         if r["rc"] == 0:
-            parts.append(r["stdout"].rstrip("\n"))
+            parts.append(body.rstrip("\n"))
         else:
             last = (r["stderr_tail"].strip().splitlines() or ["(no error output)"])[-1]
             parts.append(f"`{r['bench']}` did not complete: exit {r['rc']} ({last}).")
         parts.append("")
     return "\n".join(parts) + "\n"
+
+
+#: The lines that bound the generated block of ``docs/performance.md``.
+DOC_BEGIN = "<!-- latest run: written by benchmarks/run; do not edit by hand -->"
+DOC_END = "<!-- end of the latest run -->"
+
+
+def write_doc(rendered: str, doc: Path) -> None:
+    """Put ``rendered`` between ``DOC_BEGIN`` and ``DOC_END`` in ``doc``, replacing what was
+    there; without the markers, insert the block before the first second-level heading."""
+    text = doc.read_text(encoding="utf-8")
+    block = f"{DOC_BEGIN}\n{rendered.strip()}\n{DOC_END}"
+    if DOC_BEGIN in text and DOC_END in text:
+        head, rest = text.split(DOC_BEGIN, 1)
+        tail = rest.split(DOC_END, 1)[1]
+        text = head + block + tail
+    else:
+        at = text.find("\n## ")
+        at = len(text) if at < 0 else at + 1
+        text = text[:at] + block + "\n\n" + text[at:]
+    doc.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,9 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("command", nargs="+", help="the interpreter and the benchmark script")
     ren = sub.add_parser("render", help="print a results file as Markdown")
     ren.add_argument("results", type=Path)
+    doc = sub.add_parser("write-doc", help="write a rendering into the doc's latest-run block")
+    doc.add_argument("rendered", type=Path)
+    doc.add_argument("doc", type=Path)
     args = p.parse_args(argv)
     if args.cmd == "record":
         return record(args.out, args.command, args.timeout, args.smoke)
+    if args.cmd == "write-doc":
+        write_doc(args.rendered.read_text(encoding="utf-8"), args.doc)
+        return 0
     sys.stdout.write(render(args.results))
     return 0
 
