@@ -54,7 +54,10 @@ SMOKE_ARGS: dict[str, list[str]] = {
 #: test PostgreSQL server's URL (``share/testpg/start``), the pair dropped when it has none.
 FULL_ARGS: dict[str, list[str]] = {
     "bench_collect.py": ["--jobs", "1000", "--gpus", "1", "4", "--repeat", "3"],
-    "bench_gpueff.py": ["--runs", "11", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"],
+    "bench_gpueff.py": [
+        *("--runs", "11", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"),
+        *("--user", "sgtest1", "--running"),
+    ],
     "bench_report.py": [
         "--sizes",
         "100000",
@@ -108,21 +111,24 @@ def machine() -> dict[str, Any]:
 WINDOW = ("-S", "now-30days", "-E", "now")
 
 
-def newest_completed_job() -> str:
-    """The newest completed job the test cluster's accounting knows (``{job}``); ``""`` when
-    ``sacct`` lists none or cannot be asked (the benchmark then fails and says why)."""
+def newest_completed_job(user: str | None = None) -> str:
+    """The newest completed GPU job the test cluster's accounting knows (``{job}``; of
+    ``user`` alone when given: the collector stores only jobs with GPUs); ``""`` when ``sacct``
+    lists none or cannot be asked (the benchmark then fails and says why)."""
+    who = ["-u", user] if user else ["-a"]
     try:
         out = subprocess.run(
             # A state filter needs an explicit window end, or sacct lists nothing.
-            [*("sacct", "-X", "-n", "-P", "-a", "-o", "JobID", "-s", "CD"), *WINDOW],
+            [*("sacct", "-X", "-n", "-P", *who, "-o", "JobID,AllocTRES", "-s", "CD"), *WINDOW],
             capture_output=True,
             text=True,
             check=True,
             timeout=60,
-        ).stdout.split()
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return ""
-    return out[-1] if out else ""
+    gpu_jobs = [line.split("|", 1)[0] for line in out if "gres/gpu" in line]
+    return gpu_jobs[-1] if gpu_jobs else ""
 
 
 def smoke_argv(script: str, tmp: str, tc_root: str, job: str | None = None) -> list[str]:
@@ -150,7 +156,9 @@ def full_argv(script: str, tmp: str, tc_root: str) -> list[str]:
             args[at] = url
         else:
             del args[at - 1 : at + 1]
-    job = newest_completed_job() if "{job}" in args else ""
+    # The gpueff benchmark times the job's owner: a job of the user it names.
+    user = args[args.index("--user") + 1] if "--user" in args else None
+    job = newest_completed_job(user) if "{job}" in args else ""
     return [
         a.replace("{tmp}", tmp).replace("{tc_root}", tc_root).replace("{job}", job) for a in args
     ]
