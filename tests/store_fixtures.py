@@ -285,6 +285,26 @@ class FakeAccounting:
         ]
 
 
+def rolled_back_store(url: str, version: int, columns: Sequence[tuple[str, str]]) -> None:
+    """A store at ``url`` holding job ``7``, then taken back to schema ``version``: the
+    (table, column) pairs that later migrations add dropped, their versions forgotten."""
+    import sqlalchemy as sa
+
+    from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store
+
+    with Store.open(url) as store:
+        store.write_batch(
+            [JobBundle(job=make_job("7"), nodes=(make_node("7"),), telemetry=TELEMETRY_COMPLETE)],
+            collected_at_s=1.0,
+        )
+    raw = sa.create_engine(url)
+    with raw.begin() as conn:
+        for table, column in columns:
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.exec_driver_sql(f"DELETE FROM schema_version WHERE version > {version}")
+    raw.dispose()
+
+
 def dump_db(url: str) -> dict[str, list[tuple[object, ...]]]:
     """Every row of every store table, sorted: for comparing two stores exactly."""
     from slurm_gpu.store import schema

@@ -14,7 +14,7 @@ from analysis_factory import GIB, T0, gpu, host, job, node
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sacct_fixtures import parse_rows, row, step
-from store_fixtures import make_job, make_node
+from store_fixtures import make_job, make_node, rolled_back_store
 
 from slurm_gpu.accounting.sacct import FIELDS, TEXT_FIELDS
 from slurm_gpu.analysis import Analysis, Audience, Code, Severity, analyze
@@ -140,22 +140,17 @@ def test_steps_survive_the_store_and_the_sqlite_reader(tmp_path: Path) -> None:
 
 
 def test_a_version_3_store_gains_the_migration_4_columns_and_keeps_its_jobs(tmp_path: Path) -> None:
-    import sqlalchemy as sa
-
     url = f"sqlite:///{tmp_path}/store.db"
-    with Store.open(url) as store:
-        store.write_batch(
-            [JobBundle(job=make_job("7"), nodes=(make_node("7"),), telemetry=TELEMETRY_COMPLETE)],
-            collected_at_s=1.0,
-        )
     # Back to a version-3 store: no steps column, version 3.
-    raw = sa.create_engine(url)
-    with raw.begin() as conn:
-        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN steps_json")
-        conn.exec_driver_sql("ALTER TABLE job_gpus DROP COLUMN process_list_unread")
-        conn.exec_driver_sql("ALTER TABLE job_gpus DROP COLUMN stall_grid")
-        conn.exec_driver_sql("DELETE FROM schema_version WHERE version > 3")
-    raw.dispose()
+    rolled_back_store(
+        url,
+        3,
+        [
+            ("jobs", "steps_json"),
+            ("job_gpus", "process_list_unread"),
+            ("job_gpus", "stall_grid"),
+        ],
+    )
     with Store.open(url) as store:
         with store.engine.connect() as conn:
             assert migrations.current_version(conn) == migrations.LATEST_VERSION

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from store_fixtures import make_job, make_node
+from store_fixtures import make_job, make_node, rolled_back_store
 
 from slurm_gpu.store import TELEMETRY_COMPLETE, JobBundle, Store, migrations
 from slurm_gpu.store.sqlite_reader import SqliteReader
@@ -46,20 +46,9 @@ def test_submit_line_directives_and_reason_survive_the_store_and_the_reader(tmp_
 def test_a_version_10_store_gains_the_columns_and_its_old_rows_read_not_known(
     tmp_path: Path,
 ) -> None:
-    import sqlalchemy as sa
-
     url = f"sqlite:///{tmp_path}/store.db"
-    with Store.open(url) as store:
-        store.write_batch(
-            [JobBundle(job=make_job("7"), nodes=(make_node("7"),), telemetry=TELEMETRY_COMPLETE)],
-            collected_at_s=1.0,
-        )
-    raw = sa.create_engine(url)
-    with raw.begin() as conn:
-        for column in ("submit_line", "batch_directives", "reason"):
-            conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column}")
-        conn.exec_driver_sql("DELETE FROM schema_version WHERE version > 10")
-    raw.dispose()
+    columns = ("submit_line", "batch_directives", "reason")
+    rolled_back_store(url, 10, [("jobs", c) for c in columns])
     with Store.open(url) as store:
         with store.engine.connect() as conn:
             assert migrations.current_version(conn) == migrations.LATEST_VERSION == 11
