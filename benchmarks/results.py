@@ -247,7 +247,11 @@ def _targets(stdout: str) -> tuple[list[dict[str, Any]], str]:
 def render(path: Path) -> str:
     """The Markdown of a results file: a heading with machine, date and load, the table of
     every figure that has a target (with its peer in the same run), then each run."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    every = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    # A benchmark run again into the same file (``RESULTS=FILE benchmarks/run NAME``, after
+    # fixing what it needed) replaces its earlier row, in its first row's place.
+    last = {r["bench"]: r for r in every}
+    rows = [last[b] for b in dict.fromkeys(r["bench"] for r in every)]
     if not rows:
         return ""
     m = rows[0]["machine"]

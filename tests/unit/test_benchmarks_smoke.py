@@ -169,3 +169,24 @@ def test_report_benchmark_measures_the_child_alone() -> None:
     got = bench_report.child_peak_mib('import json; print(json.dumps({"mib": PEAK_MIB()}))')
     del big
     assert got["mib"] < 128
+
+
+def test_a_benchmark_run_again_into_the_same_file_replaces_its_row(tmp_path: Path) -> None:
+    base = {
+        "args": [],
+        "smoke": False,
+        "started_utc": "2026-11-29T01:00:00+00:00",
+        "wall_s": 1.0,
+        "machine": {"nproc": 2, "kernel": "k", "os": "o", "mem_gib": 1, "gpu": "g", "python": "p"},
+        "load_before": [0.5, 0.4, 0.3],
+        "load_after": [0.6, 0.4, 0.3],
+    }
+    rows = [
+        {**base, "bench": "bench_a.py", "rc": 1, "stdout": "", "stderr_tail": "no server"},
+        {**base, "bench": "bench_b.py", "rc": 0, "stdout": "B\n", "stderr_tail": ""},
+        {**base, "bench": "bench_a.py", "rc": 0, "stdout": "A again\n", "stderr_tail": ""},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = render(path)
+    assert "no server" not in text and text.index("A again") < text.index("\nB\n")
