@@ -195,6 +195,16 @@ def main() -> None:
     worst = min(n / wall for _, _, wall, _ in rows)
     verdict = "met" if worst >= TARGET_JOBS_PER_S else "NOT met"
     print(f"\nTarget >= {TARGET_JOBS_PER_S:g} jobs/s: {verdict}.")
+    from results import target_line
+
+    print(
+        target_line(
+            "jobs diagnosed from Prometheus (slowest of dcgm-exporter, jobstats, slurm-exporter)",
+            f"{worst:.0f} jobs/s",
+            f"≥ {TARGET_JOBS_PER_S:g} jobs/s",
+            worst >= TARGET_JOBS_PER_S,
+        )
+    )
 
 
 if __name__ == "__main__":
