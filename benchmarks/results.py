@@ -256,9 +256,10 @@ def render(path: Path) -> str:
         return ""
     m = rows[0]["machine"]
     loads = [r["load_before"][0] for r in rows] + [r["load_after"][0] for r in rows]
+    rerun = [r for r in rows if sum(e["bench"] == r["bench"] for e in every) > 1]
     parts = [
         "",
-        f"# Run of {rows[0]['started_utc'][:10]}: {m['os']}, kernel {m['kernel']}, "
+        f"## Latest run, {rows[0]['started_utc'][:10]}: {m['os']}, kernel {m['kernel']}, "
         f"{m['nproc']} cores (nproc), {m['mem_gib']} GiB, {m['gpu']}, Python {m['python']}",
         "",
         f"Started {rows[0]['started_utc']} UTC; load average (1 min, /proc/loadavg) "
@@ -266,6 +267,9 @@ def render(path: Path) -> str:
         + (" (tiny sizes: a check that each runs, not a measure)." if rows[0]["smoke"] else "."),
         "",
     ]
+    if rerun:
+        again = ", ".join(f"`{r['bench']}` at {r['started_utc'][11:19]}" for r in rerun)
+        parts += [f"Run again into the same results file, replacing their first rows: {again}.", ""]
     targets: list[tuple[str, dict[str, Any]]] = []
     bodies: list[str] = []
     for r in rows:

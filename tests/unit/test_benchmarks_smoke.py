@@ -190,3 +190,4 @@ def test_a_benchmark_run_again_into_the_same_file_replaces_its_row(tmp_path: Pat
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = render(path)
     assert "no server" not in text and text.index("A again") < text.index("\nB\n")
+    assert "Run again into the same results file, replacing their first rows: `bench_a.py`" in text
