@@ -18,14 +18,14 @@ def open_accounting(
     *,
     omit: Iterable[str] = (),
     overlap_text: bool = False,
-    batch_scripts: bool | None = None,
+    batch_scripts: bool = False,
 ) -> AccountingSource:
     """The accounting source named by ``accounting.backend``. ``omit``: fields the caller does
     not need (``sacct.OMITTABLE``), left out of ``sacct`` queries because they cost time;
     ``overlap_text``: ``sacct``'s two queries run at once (``SacctSource``), for a caller a
-    person waits on; ``batch_scripts``: read the batch scripts' ``#SBATCH`` lines
-    (``None``: as ``accounting.batch_scripts`` says, unless ``overlap_text``, whose caller
-    is waited on). The pyslurm backend asks in one call and ignores all three.
+    person waits on; ``batch_scripts``: also read the batch scripts' ``#SBATCH`` lines, one
+    more ``sacct`` call per user (the collector passes ``accounting.batch_scripts``). The
+    pyslurm backend asks in one call and ignores all three.
 
     Raises ``AccountingError`` when the pyslurm backend is chosen but pyslurm is missing.
     """
@@ -39,9 +39,7 @@ def open_accounting(
             batch_size=acc.batch_size,
             omit=omit,
             overlap_text=overlap_text,
-            batch_scripts=(
-                acc.batch_scripts and not overlap_text if batch_scripts is None else batch_scripts
-            ),
+            batch_scripts=batch_scripts,
         )
     if acc.backend == "pyslurm":
         from slurm_gpu.accounting.pyslurm_source import PyslurmSource

@@ -19,6 +19,7 @@ as nobody's (``split_scripts``), the kept lines are bounded and cleaned.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 from slurm_gpu.textsafe import clean_user_text
@@ -44,9 +45,7 @@ def split_scripts(output: str, job_ids: Sequence[str]) -> dict[str, str]:
     header only: no script can hand another job its lines."""
     wanted = set(job_ids)
     heads = [m for m in _HEADER_RE.finditer(output) if m.group(1) in wanted]
-    counts: dict[str, int] = {}
-    for m in heads:
-        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    counts = Counter(m.group(1) for m in heads)
     out: dict[str, str] = {}
     for i, m in enumerate(heads):
         job_id = m.group(1)

@@ -69,29 +69,40 @@ class SubprocessRunner:
                 timeout=timeout_s,
                 check=False,
             )
-        except FileNotFoundError:
-            raise AccountingError(
-                f"{argv[0]}: command not found",
-                hint="install the Slurm client commands or set accounting.sacct_path "
-                "to the absolute path of sacct",
-            ) from None
-        except PermissionError:
-            raise AccountingError(
-                f"{argv[0]}: permission denied", hint="check the path and its mode"
-            ) from None
+        except OSError as exc:
+            raise _not_started(argv[0], exc) from None
         except subprocess.TimeoutExpired as exc:
             stderr = (exc.stderr or b"").decode("utf-8", "replace")
-            raise AccountingError(
-                f"{argv[0]} did not answer within {timeout_s:g} s",
-                stderr=stderr,
-                hint="slurmdbd may be overloaded or down; raise accounting.timeout_s "
-                "or lower accounting.batch_size",
-            ) from None
+            raise _timed_out(argv[0], timeout_s, stderr) from None
         return CommandResult(
             returncode=done.returncode,
             stdout=done.stdout,
             stderr=done.stderr.decode("utf-8", "replace"),
         )
+
+
+def _not_started(command: str, exc: OSError) -> AccountingError | OSError:
+    """The error for a command that could not be started: missing or not executable; any
+    other ``OSError`` is returned as it is."""
+    if isinstance(exc, FileNotFoundError):
+        return AccountingError(
+            f"{command}: command not found",
+            hint="install the Slurm client commands or set accounting.sacct_path "
+            "to the absolute path of sacct",
+        )
+    if isinstance(exc, PermissionError):
+        return AccountingError(f"{command}: permission denied", hint="check the path and its mode")
+    return exc
+
+
+def _timed_out(command: str, timeout_s: float, stderr: str) -> AccountingError:
+    """The error for a command that ran past ``timeout_s``."""
+    return AccountingError(
+        f"{command} did not answer within {timeout_s:g} s",
+        stderr=stderr,
+        hint="slurmdbd may be overloaded or down; raise accounting.timeout_s "
+        "or lower accounting.batch_size",
+    )
 
 
 def _bounded(argv: list[str], env: dict[str, str], timeout_s: float, limit: int) -> CommandResult:
@@ -103,12 +114,8 @@ def _bounded(argv: list[str], env: dict[str, str], timeout_s: float, limit: int)
             proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err
             )
-        except FileNotFoundError:
-            raise AccountingError(f"{argv[0]}: command not found", hint="check the path") from None
-        except PermissionError:
-            raise AccountingError(
-                f"{argv[0]}: permission denied", hint="check the path and its mode"
-            ) from None
+        except OSError as exc:
+            raise _not_started(argv[0], exc) from None
         assert proc.stdout is not None
         deadline = time.monotonic() + timeout_s
         chunks: list[bytes] = []
@@ -121,10 +128,7 @@ def _bounded(argv: list[str], env: dict[str, str], timeout_s: float, limit: int)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         proc.kill()
-                        raise AccountingError(
-                            f"{argv[0]} did not answer within {timeout_s:g} s",
-                            hint="slurmdbd may be overloaded or down; raise accounting.timeout_s",
-                        )
+                        raise _timed_out(argv[0], timeout_s, "")
                     if not sel.select(left):
                         continue
                     data = os.read(proc.stdout.fileno(), 65536)

@@ -228,7 +228,8 @@ def _one_pass(
                 from slurm_gpu.store.inbox import PgInbox
 
                 inbox = PgInbox(store.engine)
-            accounting = _HistoryPrefetch(open_accounting(settings), store, settings)
+            source = open_accounting(settings, batch_scripts=settings.accounting.batch_scripts)
+            accounting = _HistoryPrefetch(source, store, settings)
             analyse, version = _analyse_hook(settings, accounting)
             options = dataclasses.replace(options, analysis_version=version)
             reports = report_prerenderer(settings, store)

@@ -308,7 +308,8 @@ def _record(echo: Echo, settings: Settings, jobs: list[Submitted], directory: Pa
     from slurm_gpu.capture.spool import decode_record
     from slurm_gpu.evaluation.recorded import analysis_overrides, dump_trace, write_trace
 
-    accounting = open_accounting(settings).get_jobs([j.job_id for j in jobs])
+    source = open_accounting(settings, batch_scripts=settings.accounting.batch_scripts)
+    accounting = source.get_jobs([j.job_id for j in jobs])
     version = subprocess.run(["sinfo", "-V"], capture_output=True, text=True, check=False)
     recorded = {
         "cluster": f"local test cluster ({version.stdout.strip() or 'slurm'}, one node, "
