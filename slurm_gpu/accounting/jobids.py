@@ -88,3 +88,25 @@ def parse_job_id(text: str) -> JobId:
         het_offset=int(offset) if offset is not None else None,
         step=match.group("step"),
     )
+
+
+def answers(
+    typed: str,
+    job_id: str,
+    array_job_id: str | None,
+    array_task_id: str | None,
+    het_job_id: str | None,
+    het_job_offset: int | None,
+) -> bool:
+    """Whether a job with these ids answers the id a user typed (``1234``: the job, or every
+    task or component of it; ``1234_7``; ``1234_[1-3]``; ``1234+0``)."""
+    parsed = parse_job_id(typed)
+    tasks = parsed.tasks
+    if tasks is not None:
+        task = array_task_id or ""
+        return array_job_id == parsed.job and task.isdigit() and int(task) in tasks
+    if parsed.array_task is not None:
+        return array_job_id == parsed.job and array_task_id == parsed.array_task
+    if parsed.het_offset is not None:
+        return het_job_id == parsed.job and het_job_offset == parsed.het_offset
+    return parsed.job in (job_id, array_job_id, het_job_id)

@@ -32,10 +32,15 @@ OMIT: tuple[str, ...] = ("QOS",)
 
 def open_for_gpueff(settings: Settings) -> Any:
     """The configured accounting source as ``gpueff`` asks it: as the calling user, without
-    ``OMIT``, ``sacct``'s accounting and text queries at once (a person waits)."""
+    ``OMIT``, ``sacct``'s accounting and text queries at once (a person waits), and with the
+    controller's word for running jobs accounting has not seen start
+    (``accounting.controller``)."""
     from slurm_gpu.accounting import open_accounting
+    from slurm_gpu.accounting.controller import ControllerCorrected, SqueueView, squeue_path_for
 
-    return open_accounting(settings, omit=OMIT, overlap_text=True)
+    acc = settings.accounting
+    view = SqueueView(squeue_path=squeue_path_for(acc.sacct_path), timeout_s=acc.timeout_s)
+    return ControllerCorrected(open_accounting(settings, omit=OMIT, overlap_text=True), view)
 
 
 class EarlyAccounting:

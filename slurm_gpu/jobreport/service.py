@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from slurm_gpu.accounting.base import AccountingSource, is_settled
-from slurm_gpu.accounting.jobids import parse_job_id
+from slurm_gpu.accounting.jobids import answers, parse_job_id
 from slurm_gpu.background import InBackground
 from slurm_gpu.errors import JobNotFoundError
 from slurm_gpu.jobreport.adapter import RUNNING_STATES, accounting_report, with_telemetry
@@ -162,16 +162,9 @@ class NoAccounting:
 
 def _matches(typed: str, job: JobRecord) -> bool:
     """Whether accounting's ``job`` answers the id the user typed."""
-    parsed = parse_job_id(typed)
-    tasks = parsed.tasks
-    if tasks is not None:
-        task = job.array_task_id or ""
-        return job.array_job_id == parsed.job and task.isdigit() and int(task) in tasks
-    if parsed.array_task is not None:
-        return job.array_job_id == parsed.job and job.array_task_id == parsed.array_task
-    if parsed.het_offset is not None:
-        return job.het_job_id == parsed.job and job.het_job_offset == parsed.het_offset
-    return parsed.job in (job.job_id, job.array_job_id, job.het_job_id)
+    return answers(
+        typed, job.job_id, job.array_job_id, job.array_task_id, job.het_job_id, job.het_job_offset
+    )
 
 
 def _task_order(job: JobRecord) -> tuple[int, str]:

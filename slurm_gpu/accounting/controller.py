@@ -1,0 +1,330 @@
+"""What the controller (``squeue``) says of live jobs that accounting does not show started.
+
+slurmctld tells slurmdbd of a job's submission and start through a queue of its own, so
+``sacct`` lags the controller: by seconds on a loaded controller, by minutes to hours while
+slurmdbd restarts or works off a backlog, and not at all while slurmdbd is down (``sacct``
+fails). In that window a job that ``squeue`` shows RUNNING is still PENDING in ``sacct``
+(once seen on the test cluster as a bare record named "allocation", with no partition and no
+CPUs), or absent. ``ControllerCorrected`` wraps an accounting source for the views a person
+reads (``gpueff``, the job page): for just those jobs it asks ``squeue``, as the caller (so
+Slurm's ``PrivateData`` applies as to ``sacct``), and takes the controller's word for the
+ones it shows running. Accounting's record of a job that has started is never replaced, and a
+job the controller shows ended is left to accounting, which will catch up: an ended job's
+report needs its exit code and end time, which only accounting keeps.
+
+``squeue --Format`` is asked only for fields no user can type (ids, state, node list, times,
+user, account, partition, CPUs, TRES, time limit); each field ends with ``DELIM``, and a line
+with any other number of fields is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from slurm_gpu.accounting.base import AccountingSource
+from slurm_gpu.accounting.hostlist import expand_hostlist
+from slurm_gpu.accounting.jobids import answers
+from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
+from slurm_gpu.accounting.sacct import parse_duration
+from slurm_gpu.accounting.tres import parse_tres
+from slurm_gpu.errors import AccountingError
+from slurm_gpu.records import JobRecord, Tres
+
+#: States in which a job holds its allocation: the controller's word is taken for these.
+LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
+#: States in which accounting shows a job that has not started (or that it has not heard of
+#: starting yet).
+NOT_STARTED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+#: The end of each ``squeue --Format`` field (no field asked for can hold it).
+DELIM = "\x1f"
+
+#: ``squeue --Format`` fields, in order.
+FIELDS: tuple[str, ...] = (
+    "JobID",
+    "JobArrayID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "HetJobID",
+    "HetJobOffset",
+    "State",
+    "NodeList",
+    "StartTime",
+    "SubmitTime",
+    "UserName",
+    "UserID",
+    "Account",
+    "Partition",
+    "NumCPUs",
+    "tres-alloc",
+    "TimeLimit",
+)
+
+#: Bytes of ``squeue`` output read at most: a few hundred per job, and only the jobs asked.
+MAX_OUTPUT_BYTES = 1 << 20
+
+_UNSET = frozenset({"", "N/A", "(null)", "None", "Unknown"})
+
+
+def squeue_path_for(sacct_path: str) -> str:
+    """The squeue beside an absolute ``sacct_path`` (the client commands ship together),
+    else ``squeue`` from PATH."""
+    if os.path.isabs(sacct_path):
+        return os.path.join(os.path.dirname(sacct_path), "squeue")
+    return "squeue"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """One job as the controller shows it. Times are epoch seconds."""
+
+    job_id: str
+    job_id_display: str
+    array_job_id: str | None
+    array_task_id: str | None
+    het_job_id: str | None
+    het_job_offset: int | None
+    state: str
+    nodelist: tuple[str, ...]
+    start_s: float | None
+    submit_s: float | None
+    user: str
+    uid: int | None
+    account: str | None
+    partition: str | None
+    cpus: int | None
+    tres: Tres
+    time_limit_s: int | None
+
+
+def _opt(value: str) -> str | None:
+    return None if value in _UNSET else value
+
+
+def _opt_int(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+def _epoch(value: str) -> float | None:
+    return float(value) if value.isdigit() and int(value) > 0 else None
+
+
+def parse_squeue(text: str) -> list[LiveJob]:
+    """The jobs of ``squeue --noheader --Format`` output asked with ``FIELDS`` and ``DELIM``.
+    Lines with another number of fields, or whose host list cannot be read, are skipped."""
+    jobs: list[LiveJob] = []
+    for line in text.splitlines():
+        parts = line.split(DELIM)
+        if len(parts) != len(FIELDS) + 1 or parts[-1].strip() or not parts[0].isdigit():
+            continue
+        row = dict(zip(FIELDS, (p.strip() for p in parts), strict=False))
+        try:
+            nodes = expand_hostlist(row["NodeList"]) if _opt(row["NodeList"]) else ()
+        except AccountingError:
+            continue
+        limit = parse_duration(row["TimeLimit"])
+        het = _opt_int(row["HetJobID"])
+        jobs.append(
+            LiveJob(
+                job_id=row["JobID"],
+                job_id_display=row["JobArrayID"] or row["JobID"],
+                array_job_id=_opt(row["ArrayJobID"]) if _opt(row["ArrayTaskID"]) else None,
+                array_task_id=_opt(row["ArrayTaskID"]),
+                het_job_id=str(het) if het else None,
+                het_job_offset=_opt_int(row["HetJobOffset"]) if het else None,
+                state=row["State"].split()[0] if row["State"] else "",
+                nodelist=nodes,
+                start_s=_epoch(row["StartTime"]),
+                submit_s=_epoch(row["SubmitTime"]),
+                user=row["UserName"],
+                uid=_opt_int(row["UserID"]),
+                account=_opt(row["Account"]),
+                partition=_opt(row["Partition"]),
+                cpus=_opt_int(row["NumCPUs"]),
+                tres=parse_tres(_opt(row["tres-alloc"])),
+                time_limit_s=int(limit) if limit is not None else None,
+            )
+        )
+    return jobs
+
+
+def _answers_record(typed: str, job: JobRecord) -> bool:
+    return answers(
+        typed, job.job_id, job.array_job_id, job.array_task_id, job.het_job_id, job.het_job_offset
+    )
+
+
+def _answers_live(typed: str, job: LiveJob) -> bool:
+    return answers(
+        typed, job.job_id, job.array_job_id, job.array_task_id, job.het_job_id, job.het_job_offset
+    )
+
+
+def corrected(job: JobRecord | None, live: LiveJob, now_s: float) -> JobRecord:
+    """Accounting's record of a job (``None``: accounting has none) as the controller shows
+    it running: state, nodes, start, elapsed time and allocation from the controller; what the
+    controller does not tell (the job's name, its request, its text) kept from accounting."""
+    elapsed = int(max(0.0, now_s - live.start_s)) if live.start_s is not None else 0
+    if job is None:
+        return JobRecord(
+            job_id=live.job_id,
+            job_id_display=live.job_id_display,
+            array_job_id=live.array_job_id,
+            array_task_id=live.array_task_id,
+            het_job_id=live.het_job_id,
+            het_job_offset=live.het_job_offset,
+            user=live.user,
+            uid=live.uid,
+            account=live.account,
+            partition=live.partition,
+            qos=None,
+            job_name="",
+            work_dir=None,
+            nodelist=live.nodelist,
+            state=live.state,
+            cancelled_by_uid=None,
+            exit_code=None,
+            exit_signal=None,
+            derived_exit_code=None,
+            alloc_tres=live.tres,
+            req_tres=live.tres,
+            alloc_cpus=live.cpus,
+            req_mem_bytes=live.tres.mem_bytes,
+            max_rss_bytes=None,
+            total_cpu_s=None,
+            elapsed_s=elapsed,
+            time_limit_s=live.time_limit_s,
+            submit_s=live.submit_s,
+            start_s=live.start_s,
+            end_s=None,
+            restarts=0,
+            comment=None,
+            admin_comment=None,
+            mail_user=None,
+            mail_type=None,
+        )
+    return replace(
+        job,
+        state=live.state,
+        nodelist=live.nodelist,
+        start_s=live.start_s,
+        end_s=None,
+        elapsed_s=elapsed,
+        alloc_tres=live.tres,
+        req_tres=job.req_tres if job.req_tres.gpus is not None else live.tres,
+        alloc_cpus=live.cpus,
+        partition=job.partition or live.partition,
+        account=job.account or live.account,
+        time_limit_s=live.time_limit_s if live.time_limit_s is not None else job.time_limit_s,
+        exit_code=None,
+        exit_signal=None,
+    )
+
+
+class SqueueView:
+    """Asks ``squeue`` (as the calling user) for the jobs of some ids."""
+
+    def __init__(
+        self,
+        *,
+        squeue_path: str = "squeue",
+        timeout_s: float = 30.0,
+        runner: CommandRunner | None = None,
+    ) -> None:
+        self.squeue_path = squeue_path
+        self.timeout_s = timeout_s
+        self.runner = runner or SubprocessRunner()
+
+    def argv(self, queries: Sequence[str]) -> list[str]:
+        fmt = ",".join(f"{name}:0{DELIM}" for name in FIELDS)
+        return [
+            self.squeue_path,
+            "--noheader",
+            "--states=all",
+            f"--jobs={','.join(queries)}",
+            f"--Format={fmt}",
+        ]
+
+    def jobs(self, queries: Sequence[str]) -> list[LiveJob]:
+        """The controller's jobs answering ``queries`` (``[]`` when it knows none of them:
+        squeue exits 1 with "Invalid job id specified" when every id is unknown or ended long
+        ago). Raises ``AccountingError`` when squeue cannot run or prints more than
+        ``MAX_OUTPUT_BYTES``."""
+        if not queries:
+            return []
+        done = self.runner(
+            self.argv(queries),
+            env={"SLURM_TIME_FORMAT": "%s"},
+            timeout_s=self.timeout_s,
+            max_stdout=MAX_OUTPUT_BYTES + 1,
+        )
+        if done.returncode != 0:
+            return []
+        if len(done.stdout) > MAX_OUTPUT_BYTES:
+            raise AccountingError(
+                f"{self.squeue_path} printed over {MAX_OUTPUT_BYTES} bytes",
+                hint="ask for fewer jobs at once",
+            )
+        text = done.stdout.decode("utf-8", "replace")
+        return [j for j in parse_squeue(text) if any(_answers_live(q, j) for q in queries)]
+
+
+class ControllerCorrected:
+    """An ``AccountingSource`` whose answers for live jobs accounting has not seen start
+    come from the controller (module docstring). Asks ``squeue`` only for the ids accounting
+    answered with no started job (or, when accounting cannot be asked, for all of them)."""
+
+    def __init__(
+        self,
+        source: AccountingSource,
+        view: SqueueView,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._source = source
+        self._view = view
+        self._clock = clock
+        self.name: str = source.name
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """See ``AccountingSource.get_jobs``. When accounting cannot be asked, the controller
+        answers if it shows every id running; otherwise accounting's error is raised."""
+        try:
+            found = self._source.get_jobs(job_ids)
+        except AccountingError:
+            live = self._live(job_ids)
+            if not job_ids or not all(any(_answers_live(q, j) for j in live) for q in job_ids):
+                raise
+            return {j.job_id: corrected(None, j, self._clock()) for j in live}
+        unsure = [q for q in job_ids if not _started(q, found)]
+        if not unsure:
+            return found
+        try:
+            live = self._live(unsure)
+        except AccountingError:
+            return found  # the controller is a second opinion: accounting's answer stands
+        out = dict(found)
+        now_s = self._clock()
+        for job in live:
+            known = out.get(job.job_id)
+            if known is None or known.state in NOT_STARTED_STATES:
+                out[job.job_id] = corrected(known, job, now_s)
+        return out
+
+    def jobs_between(
+        self, start_s: float, end_s: float, users: Sequence[str] | None = None
+    ) -> list[JobRecord]:
+        """See ``AccountingSource.jobs_between`` (accounting's answer, uncorrected)."""
+        return self._source.jobs_between(start_s, end_s, users)
+
+    def _live(self, queries: Sequence[str]) -> list[LiveJob]:
+        return [j for j in self._view.jobs(queries) if j.state in LIVE_STATES]
+
+
+def _started(typed: str, found: Mapping[str, JobRecord]) -> bool:
+    """Whether accounting answered ``typed`` with jobs none of which it shows not started."""
+    matched = [j for j in found.values() if _answers_record(typed, j)]
+    return bool(matched) and all(j.state not in NOT_STARTED_STATES for j in matched)

@@ -1,0 +1,211 @@
+"""The controller's word for live jobs accounting has not seen start (``accounting.controller``).
+
+Seen in CI: ``gpueff`` on a job ``squeue`` showed RUNNING printed ``PENDING``, ``partition n/a``,
+``cpus 0``, ``gpus 0``: slurmdbd had a bare record of the job (named "allocation") and had not
+heard of its start. With slurmdbd down, ``sacct`` fails outright. The controller is asked
+(through an injected runner here; ``tests/integration/test_gpueff_dbd_down_cluster.py`` runs
+the real ``squeue`` with slurmdbd stopped) only for the ids accounting did not show started.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from store_fixtures import FakeAccounting, make_job
+
+from slurm_gpu.accounting.controller import (
+    DELIM,
+    FIELDS,
+    MAX_OUTPUT_BYTES,
+    ControllerCorrected,
+    SqueueView,
+    corrected,
+    parse_squeue,
+    squeue_path_for,
+)
+from slurm_gpu.accounting.runner import CommandResult
+from slurm_gpu.errors import AccountingError
+from slurm_gpu.records import Tres
+
+NOW = 1_795_964_900.0
+
+
+def _line(
+    job: str,
+    display: str,
+    state: str,
+    *,
+    array: tuple[str, str] = ("", "N/A"),
+    nodes: str = "vm",
+    start: str = "1795964806",
+    user: str = "sgtest1",
+) -> str:
+    array_job, task = array
+    values = [
+        job,
+        display,
+        array_job or job,
+        task,
+        "N/A",
+        "N/A",
+        state,
+        nodes,
+        start,
+        "1795964800",
+        user,
+        "1001",
+        "physics",
+        "gpu",
+        "1",
+        "cpu=1,mem=100M,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1",
+        "2:00",
+    ]
+    assert len(values) == len(FIELDS)
+    return "".join(v + DELIM for v in values)
+
+
+class Runner:
+    """Replays squeue's answer and keeps each argv it was given."""
+
+    def __init__(self, stdout: str = "", returncode: int = 0, error: bool = False) -> None:
+        self.stdout = stdout
+        self.returncode = returncode
+        self.error = error
+        self.calls: list[list[str]] = []
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        max_stdout: int | None = None,
+    ) -> CommandResult:
+        self.calls.append(list(argv))
+        assert env == {"SLURM_TIME_FORMAT": "%s"}
+        if self.error:
+            raise AccountingError("squeue could not run", hint="")
+        return CommandResult(self.returncode, self.stdout.encode(), "")
+
+
+def _down() -> FakeAccounting:
+    acc = FakeAccounting()
+    acc.fail = True  # sacct's error while slurmdbd is down
+    return acc
+
+
+def _placeholder(job_id: str) -> object:
+    """The record sacct printed in CI: PENDING, named "allocation", no partition, no CPUs."""
+    j = make_job(job_id, gpus=0, state="PENDING", end_s=None, user="sgtest1", partition="")
+    return replace(j, job_name="allocation", partition=None, alloc_cpus=0, alloc_tres=Tres())
+
+
+def _source(*jobs: object) -> FakeAccounting:
+    acc = FakeAccounting()
+    for j in jobs:
+        acc.jobs[j.job_id] = j  # type: ignore[attr-defined]
+    return acc
+
+
+def _corrected(acc: FakeAccounting, runner: Runner) -> ControllerCorrected:
+    return ControllerCorrected(acc, SqueueView(runner=runner), clock=lambda: NOW)
+
+
+def test_a_placeholder_pending_record_takes_the_controllers_running_job() -> None:
+    runner = Runner(_line("236", "236", "RUNNING"))
+    got = _corrected(_source(_placeholder("236")), runner).get_jobs(["236"])
+    job = got["236"]
+    assert job.state == "RUNNING" and job.partition == "gpu" and job.nodelist == ("vm",)
+    assert job.alloc_tres.gpus == 1 and job.alloc_cpus == 1
+    assert job.start_s == 1795964806.0 and job.elapsed_s == int(NOW - 1795964806)
+    assert job.time_limit_s == 120 and job.exit_code is None and job.end_s is None
+    assert job.job_name == "allocation"  # what the controller does not tell stays accounting's
+    assert len(runner.calls) == 1
+
+
+def test_a_job_accounting_shows_started_asks_no_controller() -> None:
+    runner = Runner(_line("236", "236", "RUNNING"))
+    running = make_job("236", state="RUNNING", end_s=None)
+    got = _corrected(_source(running, make_job("237")), runner).get_jobs(["236", "237"])
+    assert got["236"] is running and runner.calls == []
+
+
+def test_a_job_the_controller_shows_pending_or_ended_is_left_to_accounting() -> None:
+    placeholder = _placeholder("236")
+    for state in ("PENDING", "COMPLETED", "CANCELLED", "TIMEOUT"):
+        runner = Runner(_line("236", "236", state))
+        got = _corrected(_source(placeholder), runner).get_jobs(["236"])
+        assert got["236"] is placeholder, state
+
+
+def test_a_job_accounting_has_not_heard_of_is_built_from_the_controller() -> None:
+    runner = Runner(_line("240", "240", "RUNNING"))
+    got = _corrected(_source(), runner).get_jobs(["240"])
+    job = got["240"]
+    assert job.state == "RUNNING" and job.user == "sgtest1" and job.uid == 1001
+    assert job.account == "physics" and job.req_tres.gpus == 1 and job.job_name == ""
+
+
+def test_array_tasks_are_matched_by_their_own_ids() -> None:
+    out = "\n".join(
+        [
+            _line("314", "314_[4-6]", "PENDING", array=("314", "4-6"), nodes="", start="0"),
+            _line("315", "314_1", "RUNNING", array=("314", "1")),
+            _line("316", "314_2", "RUNNING", array=("314", "2")),
+        ]
+    )
+    got = _corrected(_source(), Runner(out)).get_jobs(["314_2"])
+    assert list(got) == ["316"]
+    assert got["316"].job_id_display == "314_2" and got["316"].array_task_id == "2"
+    whole = _corrected(_source(), Runner(out)).get_jobs(["314"])
+    assert sorted(whole) == ["315", "316"]  # the pending rest is not a live job
+
+
+def test_with_accounting_down_the_controller_answers_only_when_it_shows_every_id() -> None:
+    runner = Runner(_line("236", "236", "RUNNING"))
+    got = _corrected(_down(), runner).get_jobs(["236"])
+    assert got["236"].state == "RUNNING"
+    # An ended job only accounting knows: accounting's error stands.
+    with pytest.raises(AccountingError, match="slurmdbd unreachable"):
+        _corrected(_down(), runner).get_jobs(["236", "12"])
+    with pytest.raises(AccountingError, match="slurmdbd unreachable"):
+        _corrected(_down(), Runner("", returncode=1)).get_jobs(["236"])
+
+
+def test_a_controller_that_cannot_answer_leaves_accountings_answer() -> None:
+    placeholder = _placeholder("236")
+    for runner in (Runner(returncode=1), Runner(error=True), Runner("x" * (MAX_OUTPUT_BYTES + 1))):
+        got = _corrected(_source(placeholder), runner).get_jobs(["236"])
+        assert got["236"] is placeholder
+
+
+def test_lines_of_another_shape_are_skipped() -> None:
+    good = _line("236", "236", "RUNNING")
+    assert [j.job_id for j in parse_squeue(good)] == ["236"]
+    assert parse_squeue(good + "extra" + DELIM) == []
+    assert parse_squeue(good.replace(DELIM, "", 1)) == []
+    assert parse_squeue(_line("236", "236", "RUNNING", nodes="vm[1-")) == []
+    assert parse_squeue("slurm_load_jobs error: Invalid job id specified\n") == []
+
+
+def test_squeue_is_asked_for_no_field_a_user_can_type() -> None:
+    argv = SqueueView().argv(["236", "314_2"])
+    assert argv[:4] == ["squeue", "--noheader", "--states=all", "--jobs=236,314_2"]
+    fmt = argv[4].removeprefix("--Format=")
+    asked = {f.split(":")[0].lower() for f in fmt.split(",")}
+    assert not asked & {"name", "comment", "workdir", "command", "stdout", "stderr", "reason"}
+    assert squeue_path_for("/opt/slurm/bin/sacct") == "/opt/slurm/bin/squeue"
+    assert squeue_path_for("sacct") == "squeue"
+
+
+def test_corrected_keeps_the_request_accounting_has() -> None:
+    pending = make_job("236", gpus=2, state="PENDING", end_s=None)
+    live = parse_squeue(_line("236", "236", "RUNNING"))[0]
+    assert corrected(pending, live, NOW).req_tres.gpus == 2
