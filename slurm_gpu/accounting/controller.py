@@ -12,9 +12,17 @@ ones it shows running. Accounting's record of a job that has started is never re
 job the controller shows ended is left to accounting, which will catch up: an ended job's
 report needs its exit code and end time, which only accounting keeps.
 
-``squeue --Format`` is asked only for fields no user can type (ids, state, node list, times,
-user, account, partition, CPUs, TRES, time limit); each field ends with ``DELIM``, and a line
-with any other number of fields is skipped.
+With ``controller_first`` (``gpueff``, the job page), the controller is asked first: a job it
+shows running is answered from it alone, without ``sacct`` (about 7 ms against 0.2 s on the test
+cluster, and no slurmdbd round trip); anything else (an ended job, a whole array, a job the
+controller does not show) is asked of accounting as before, with the controller's answer reused.
+
+``squeue --Format`` is asked for the job's name (text its owner chose) and otherwise only for
+fields no user can type (ids, state, node list, times, user, account, partition, CPUs, TRES,
+time limit). Every field ends with a delimiter drawn at random for that query
+(``query_delimiter``), which a name written before the query cannot hold, so a name cannot
+forge a field or a job; an answer that does not split into whole records is dropped. The name
+is cleaned where it enters (``slurm_gpu.textsafe``).
 """
 
 from __future__ import annotations
@@ -26,21 +34,20 @@ from dataclasses import dataclass, replace
 
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.accounting.hostlist import expand_hostlist
-from slurm_gpu.accounting.jobids import answers
+from slurm_gpu.accounting.jobids import answers, parse_job_id
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.accounting.sacct import parse_duration
 from slurm_gpu.accounting.tres import parse_tres
+from slurm_gpu.accounting.usertext import JOB_NAME_MAX_LEN
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord, Tres
+from slurm_gpu.textsafe import clean_user_text
 
 #: States in which a job holds its allocation: the controller's word is taken for these.
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
 #: States in which accounting shows a job that has not started (or that it has not heard of
 #: starting yet).
 NOT_STARTED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
-
-#: The end of each ``squeue --Format`` field (no field asked for can hold it).
-DELIM = "\x1f"
 
 #: ``squeue --Format`` fields, in order.
 FIELDS: tuple[str, ...] = (
@@ -61,12 +68,19 @@ FIELDS: tuple[str, ...] = (
     "NumCPUs",
     "tres-alloc",
     "TimeLimit",
+    "Name",
 )
 
 #: Bytes of ``squeue`` output read at most: a few hundred per job, and only the jobs asked.
 MAX_OUTPUT_BYTES = 1 << 20
 
 _UNSET = frozenset({"", "N/A", "(null)", "None", "Unknown"})
+
+
+def query_delimiter() -> str:
+    """The end of each field of one ``squeue`` query: 16 random hex digits between unit
+    separators (it starts with a separator, so ``--Format`` cannot read it as a width)."""
+    return "\x1f" + os.urandom(8).hex() + "\x1f"
 
 
 def squeue_path_for(sacct_path: str) -> str:
@@ -83,6 +97,8 @@ class LiveJob:
 
     job_id: str
     job_id_display: str
+    job_name: str
+    """Cleaned and bounded (``JOB_NAME_MAX_LEN``)."""
     array_job_id: str | None
     array_task_id: str | None
     het_job_id: str | None
@@ -112,43 +128,57 @@ def _epoch(value: str) -> float | None:
     return float(value) if value.isdigit() and int(value) > 0 else None
 
 
-def parse_squeue(text: str) -> list[LiveJob]:
-    """The jobs of ``squeue --noheader --Format`` output asked with ``FIELDS`` and ``DELIM``.
-    Lines with another number of fields, or whose host list cannot be read, are skipped."""
+def parse_squeue(text: str, delimiter: str) -> list[LiveJob]:
+    """The jobs of ``squeue --noheader --Format`` output asked with ``FIELDS``, each field
+    ended by ``delimiter``. An answer that does not split into whole records gives ``[]``; a
+    record whose id is not a number or whose host list cannot be read is skipped."""
+    tokens = text.split(delimiter)
+    width = len(FIELDS)
+    if len(tokens) % width != 1 or tokens[-1].strip():
+        return []
     jobs: list[LiveJob] = []
-    for line in text.splitlines():
-        parts = line.split(DELIM)
-        if len(parts) != len(FIELDS) + 1 or parts[-1].strip() or not parts[0].isdigit():
-            continue
-        row = dict(zip(FIELDS, (p.strip() for p in parts), strict=False))
-        try:
-            nodes = expand_hostlist(row["NodeList"]) if _opt(row["NodeList"]) else ()
-        except AccountingError:
-            continue
-        limit = parse_duration(row["TimeLimit"])
-        het = _opt_int(row["HetJobID"])
-        jobs.append(
-            LiveJob(
-                job_id=row["JobID"],
-                job_id_display=row["JobArrayID"] or row["JobID"],
-                array_job_id=_opt(row["ArrayJobID"]) if _opt(row["ArrayTaskID"]) else None,
-                array_task_id=_opt(row["ArrayTaskID"]),
-                het_job_id=str(het) if het else None,
-                het_job_offset=_opt_int(row["HetJobOffset"]) if het else None,
-                state=row["State"].split()[0] if row["State"] else "",
-                nodelist=nodes,
-                start_s=_epoch(row["StartTime"]),
-                submit_s=_epoch(row["SubmitTime"]),
-                user=row["UserName"],
-                uid=_opt_int(row["UserID"]),
-                account=_opt(row["Account"]),
-                partition=_opt(row["Partition"]),
-                cpus=_opt_int(row["NumCPUs"]),
-                tres=parse_tres(_opt(row["tres-alloc"])),
-                time_limit_s=int(limit) if limit is not None else None,
-            )
-        )
+    for first in range(0, len(tokens) - 1, width):
+        values = tokens[first : first + width]
+        if first:
+            if not values[0].startswith("\n"):
+                return []
+            values[0] = values[0][1:]
+        row = dict(zip(FIELDS, values, strict=True))
+        job = _live_job({k: (v if k == "Name" else v.strip()) for k, v in row.items()})
+        if job is not None:
+            jobs.append(job)
     return jobs
+
+
+def _live_job(row: Mapping[str, str]) -> LiveJob | None:
+    if not row["JobID"].isdigit():
+        return None
+    try:
+        nodes = expand_hostlist(row["NodeList"]) if _opt(row["NodeList"]) else ()
+    except AccountingError:
+        return None
+    limit = parse_duration(row["TimeLimit"])
+    het = _opt_int(row["HetJobID"])
+    return LiveJob(
+        job_id=row["JobID"],
+        job_id_display=row["JobArrayID"] or row["JobID"],
+        job_name=clean_user_text(row["Name"], JOB_NAME_MAX_LEN),
+        array_job_id=_opt(row["ArrayJobID"]) if _opt(row["ArrayTaskID"]) else None,
+        array_task_id=_opt(row["ArrayTaskID"]),
+        het_job_id=str(het) if het else None,
+        het_job_offset=_opt_int(row["HetJobOffset"]) if het else None,
+        state=row["State"].split()[0] if row["State"] else "",
+        nodelist=nodes,
+        start_s=_epoch(row["StartTime"]),
+        submit_s=_epoch(row["SubmitTime"]),
+        user=row["UserName"],
+        uid=_opt_int(row["UserID"]),
+        account=_opt(row["Account"]),
+        partition=_opt(row["Partition"]),
+        cpus=_opt_int(row["NumCPUs"]),
+        tres=parse_tres(_opt(row["tres-alloc"])),
+        time_limit_s=int(limit) if limit is not None else None,
+    )
 
 
 def _answers_record(typed: str, job: JobRecord) -> bool:
@@ -166,7 +196,8 @@ def _answers_live(typed: str, job: LiveJob) -> bool:
 def corrected(job: JobRecord | None, live: LiveJob, now_s: float) -> JobRecord:
     """Accounting's record of a job (``None``: accounting has none) as the controller shows
     it running: state, nodes, start, elapsed time and allocation from the controller; what the
-    controller does not tell (the job's name, its request, its text) kept from accounting."""
+    controller does not tell (its request, its comment and directory) kept from accounting; the
+    name is the controller's (accounting's unsettled record names every job "allocation")."""
     elapsed = int(max(0.0, now_s - live.start_s)) if live.start_s is not None else 0
     if job is None:
         return JobRecord(
@@ -181,7 +212,7 @@ def corrected(job: JobRecord | None, live: LiveJob, now_s: float) -> JobRecord:
             account=live.account,
             partition=live.partition,
             qos=None,
-            job_name="",
+            job_name=live.job_name,
             work_dir=None,
             nodelist=live.nodelist,
             state=live.state,
@@ -208,6 +239,7 @@ def corrected(job: JobRecord | None, live: LiveJob, now_s: float) -> JobRecord:
         )
     return replace(
         job,
+        job_name=live.job_name,
         state=live.state,
         nodelist=live.nodelist,
         start_s=live.start_s,
@@ -238,8 +270,8 @@ class SqueueView:
         self.timeout_s = timeout_s
         self.runner = runner or SubprocessRunner()
 
-    def argv(self, queries: Sequence[str]) -> list[str]:
-        fmt = ",".join(f"{name}:0{DELIM}" for name in FIELDS)
+    def argv(self, queries: Sequence[str], delimiter: str) -> list[str]:
+        fmt = ",".join(f"{name}:0{delimiter}" for name in FIELDS)
         return [
             self.squeue_path,
             "--noheader",
@@ -255,8 +287,9 @@ class SqueueView:
         ``MAX_OUTPUT_BYTES``."""
         if not queries:
             return []
+        delimiter = query_delimiter()
         done = self.runner(
-            self.argv(queries),
+            self.argv(queries, delimiter),
             env={"SLURM_TIME_FORMAT": "%s"},
             timeout_s=self.timeout_s,
             max_stdout=MAX_OUTPUT_BYTES + 1,
@@ -269,43 +302,59 @@ class SqueueView:
                 hint="ask for fewer jobs at once",
             )
         text = done.stdout.decode("utf-8", "replace")
-        return [j for j in parse_squeue(text) if any(_answers_live(q, j) for q in queries)]
+        jobs = parse_squeue(text, delimiter)
+        return [j for j in jobs if any(_answers_live(q, j) for q in queries)]
 
 
 class ControllerCorrected:
     """An ``AccountingSource`` whose answers for live jobs accounting has not seen start
     come from the controller (module docstring). Asks ``squeue`` only for the ids accounting
-    answered with no started job (or, when accounting cannot be asked, for all of them)."""
+    answered with no started job (or, when accounting cannot be asked, for all of them); with
+    ``controller_first``, asks it first, and accounting only for what it cannot answer alone."""
 
     def __init__(
         self,
         source: AccountingSource,
         view: SqueueView,
         *,
+        controller_first: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._source = source
         self._view = view
+        self._first = controller_first
         self._clock = clock
         self.name: str = source.name
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """See ``AccountingSource.get_jobs``. When accounting cannot be asked, the controller
         answers if it shows every id running; otherwise accounting's error is raised."""
+        asked: list[LiveJob] | None = None
+        if self._first and job_ids:
+            try:
+                asked = self._live(job_ids)
+            except AccountingError:
+                asked = None  # accounting alone, as without the controller
+            if asked is not None and all(_alone(q, asked) for q in job_ids):
+                now_s = self._clock()
+                return {j.job_id: corrected(None, j, now_s) for j in asked}
         try:
             found = self._source.get_jobs(job_ids)
         except AccountingError:
-            live = self._live(job_ids)
+            live = asked if asked is not None else self._live(job_ids)
             if not job_ids or not all(any(_answers_live(q, j) for j in live) for q in job_ids):
                 raise
             return {j.job_id: corrected(None, j, self._clock()) for j in live}
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
             return found
-        try:
-            live = self._live(unsure)
-        except AccountingError:
-            return found  # the controller is a second opinion: accounting's answer stands
+        if asked is not None:
+            live = [j for j in asked if any(_answers_live(q, j) for q in unsure)]
+        else:
+            try:
+                live = self._live(unsure)
+            except AccountingError:
+                return found  # the controller is a second opinion: accounting's answer stands
         out = dict(found)
         now_s = self._clock()
         for job in live:
@@ -328,3 +377,19 @@ def _started(typed: str, found: Mapping[str, JobRecord]) -> bool:
     """Whether accounting answered ``typed`` with jobs none of which it shows not started."""
     matched = [j for j in found.values() if _answers_record(typed, j)]
     return bool(matched) and all(j.state not in NOT_STARTED_STATES for j in matched)
+
+
+def _alone(typed: str, live: Sequence[LiveJob]) -> bool:
+    """Whether the controller's running jobs answer ``typed`` whole: one job, running, and not
+    a task or component of a job the id names as a whole (whose ended parts only accounting
+    keeps)."""
+    matched = [j for j in live if _answers_live(typed, j)]
+    if len(matched) != 1:
+        return False
+    parsed = parse_job_id(typed)
+    (job,) = matched
+    if job.array_task_id is not None and parsed.array_task is None:
+        return False
+    if job.het_job_id is not None and parsed.het_offset is None:
+        return False
+    return parsed.tasks is None

@@ -128,7 +128,8 @@ def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
         charts=charts,
     )
     return Notifier(
-        accounting=make_accounting(settings),
+        # Mail is about ended jobs, which only accounting keeps: no controller first.
+        accounting=make_accounting(settings, controller_first=False),
         reader=StoreAndSpoolReader(settings, spark_points=120),
         builder=builder,
         mailer=open_mailer(m, dry_run_dir=dry_run_dir),

@@ -85,3 +85,11 @@ def test_another_user_learns_nothing_of_it(job_without_dbd: str) -> None:
     assert "Traceback" not in res.stderr
     # The error is accounting's, with its hint: the controller did not answer for this user.
     assert "sacct" in res.stderr or "accounting" in res.stderr, res.stderr
+
+
+def test_an_ended_job_beside_it_needs_accounting(job_without_dbd: str) -> None:
+    # The controller answers the running job alone; job 1 ended long ago: only accounting
+    # keeps it, so its error is shown (exit 5, accounting unavailable), not a partial answer.
+    res = _gpueff("sgtest1", job_without_dbd, "1")
+    assert res.returncode == 5, res.stdout + res.stderr
+    assert "slurmdbd" in res.stderr and "Traceback" not in res.stderr

@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from store_fixtures import FakeAccounting, make_job
 
 from slurm_gpu.accounting.controller import (
-    DELIM,
     FIELDS,
     MAX_OUTPUT_BYTES,
     ControllerCorrected,
     SqueueView,
     corrected,
     parse_squeue,
+    query_delimiter,
     squeue_path_for,
 )
 from slurm_gpu.accounting.runner import CommandResult
@@ -35,6 +35,8 @@ from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import Tres
 
 NOW = 1_795_964_900.0
+#: Stands for the query's delimiter in recorded answers; ``Runner`` puts the real one in.
+D = "<D>"
 
 
 def _line(
@@ -46,6 +48,7 @@ def _line(
     nodes: str = "vm",
     start: str = "1795964806",
     user: str = "sgtest1",
+    name: str = "train",
 ) -> str:
     array_job, task = array
     values = [
@@ -66,9 +69,10 @@ def _line(
         "1",
         "cpu=1,mem=100M,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1",
         "2:00",
+        name,
     ]
     assert len(values) == len(FIELDS)
-    return "".join(v + DELIM for v in values)
+    return "".join(v + D for v in values) + "\n"
 
 
 class Runner:
@@ -92,7 +96,8 @@ class Runner:
         assert env == {"SLURM_TIME_FORMAT": "%s"}
         if self.error:
             raise AccountingError("squeue could not run", hint="")
-        return CommandResult(self.returncode, self.stdout.encode(), "")
+        delimiter = argv[-1].split(",")[0].removeprefix("--Format=JobID:0")
+        return CommandResult(self.returncode, self.stdout.replace(D, delimiter).encode(), "")
 
 
 def _down() -> FakeAccounting:
@@ -126,7 +131,7 @@ def test_a_placeholder_pending_record_takes_the_controllers_running_job() -> Non
     assert job.alloc_tres.gpus == 1 and job.alloc_cpus == 1
     assert job.start_s == 1795964806.0 and job.elapsed_s == int(NOW - 1795964806)
     assert job.time_limit_s == 120 and job.exit_code is None and job.end_s is None
-    assert job.job_name == "allocation"  # what the controller does not tell stays accounting's
+    assert job.job_name == "train"  # not the unsettled record's "allocation"
     assert len(runner.calls) == 1
 
 
@@ -150,11 +155,11 @@ def test_a_job_accounting_has_not_heard_of_is_built_from_the_controller() -> Non
     got = _corrected(_source(), runner).get_jobs(["240"])
     job = got["240"]
     assert job.state == "RUNNING" and job.user == "sgtest1" and job.uid == 1001
-    assert job.account == "physics" and job.req_tres.gpus == 1 and job.job_name == ""
+    assert job.account == "physics" and job.req_tres.gpus == 1 and job.job_name == "train"
 
 
 def test_array_tasks_are_matched_by_their_own_ids() -> None:
-    out = "\n".join(
+    out = "".join(
         [
             _line("314", "314_[4-6]", "PENDING", array=("314", "4-6"), nodes="", start="0"),
             _line("315", "314_1", "RUNNING", array=("314", "1")),
@@ -186,26 +191,99 @@ def test_a_controller_that_cannot_answer_leaves_accountings_answer() -> None:
         assert got["236"] is placeholder
 
 
-def test_lines_of_another_shape_are_skipped() -> None:
+def _parse(text: str) -> list[str]:
+    delimiter = query_delimiter()
+    return [j.job_id for j in parse_squeue(text.replace(D, delimiter), delimiter)]
+
+
+def test_answers_of_another_shape_are_dropped() -> None:
     good = _line("236", "236", "RUNNING")
-    assert [j.job_id for j in parse_squeue(good)] == ["236"]
-    assert parse_squeue(good + "extra" + DELIM) == []
-    assert parse_squeue(good.replace(DELIM, "", 1)) == []
-    assert parse_squeue(_line("236", "236", "RUNNING", nodes="vm[1-")) == []
-    assert parse_squeue("slurm_load_jobs error: Invalid job id specified\n") == []
+    assert _parse(good) == ["236"]
+    assert _parse(good + _line("237", "237", "RUNNING")) == ["236", "237"]
+    assert _parse(good + "extra" + D) == []
+    assert _parse(good.replace(D, "", 1)) == []
+    assert _parse(good.rstrip("\n") + _line("237", "237", "RUNNING")) == []
+    assert _parse(_line("236", "236", "RUNNING", nodes="vm[1-")) == []
+    assert _parse("slurm_load_jobs error: Invalid job id specified\n") == []
+    assert _parse("") == []
+
+
+def test_a_job_name_cannot_forge_a_field_or_a_job() -> None:
+    # A name written before the query cannot hold its random delimiter: a name that tries an
+    # old one, newlines and a whole second record stays one cleaned name of one job.
+    forged = "x\x1f0000000000000000\x1f\n999\x1f" + "\x1f".join(["RUNNING"] * 17)
+    delimiter = query_delimiter()
+    text = _line("236", "236", "RUNNING", name=forged + "\x1b[31m").replace(D, delimiter)
+    (job,) = parse_squeue(text, delimiter)
+    assert job.job_id == "236" and job.state == "RUNNING"
+    assert "\x1b" not in job.job_name and "\n" not in job.job_name
+    assert job.job_name.startswith("x") and job.job_name.endswith("[31m")
+    assert query_delimiter() != query_delimiter()
 
 
 def test_squeue_is_asked_for_no_field_a_user_can_type() -> None:
-    argv = SqueueView().argv(["236", "314_2"])
+    argv = SqueueView().argv(["236", "314_2"], "\x1fD\x1f")
     assert argv[:4] == ["squeue", "--noheader", "--states=all", "--jobs=236,314_2"]
     fmt = argv[4].removeprefix("--Format=")
+    assert fmt.split(",")[0] == "JobID:0\x1fD\x1f"
     asked = {f.split(":")[0].lower() for f in fmt.split(",")}
-    assert not asked & {"name", "comment", "workdir", "command", "stdout", "stderr", "reason"}
+    # The name (framed by the random delimiter, cleaned) is the only text a user chose.
+    assert not asked & {"comment", "workdir", "command", "stdout", "stderr", "reason"}
+    assert "name" in asked
     assert squeue_path_for("/opt/slurm/bin/sacct") == "/opt/slurm/bin/squeue"
     assert squeue_path_for("sacct") == "squeue"
 
 
 def test_corrected_keeps_the_request_accounting_has() -> None:
     pending = make_job("236", gpus=2, state="PENDING", end_s=None)
-    live = parse_squeue(_line("236", "236", "RUNNING"))[0]
+    delimiter = query_delimiter()
+    live = parse_squeue(_line("236", "236", "RUNNING").replace(D, delimiter), delimiter)[0]
     assert corrected(pending, live, NOW).req_tres.gpus == 2
+
+
+def _first(acc: FakeAccounting, runner: Runner) -> ControllerCorrected:
+    return ControllerCorrected(
+        acc, SqueueView(runner=runner), controller_first=True, clock=lambda: NOW
+    )
+
+
+def test_controller_first_answers_a_running_job_without_accounting() -> None:
+    acc = _source(make_job("236", state="RUNNING", end_s=None))
+    runner = Runner(
+        _line("236", "236", "RUNNING") + _line("316", "314_2", "RUNNING", array=("314", "2"))
+    )
+    got = _first(acc, runner).get_jobs(["236", "314_2"])
+    assert sorted(got) == ["236", "316"] and got["236"].state == "RUNNING"
+    assert acc.get_calls == [] and len(runner.calls) == 1
+
+
+def test_controller_first_leaves_ended_jobs_and_whole_arrays_to_accounting() -> None:
+    ended = make_job("12")
+    running = make_job("236", state="RUNNING", end_s=None)
+    # An ended job: accounting answers, and the controller's answer is not asked again.
+    acc = _source(ended, running)
+    runner = Runner(_line("236", "236", "RUNNING"), returncode=0)
+    got = _first(acc, runner).get_jobs(["236", "12"])
+    assert got["12"] is ended and got["236"] is running
+    assert acc.get_calls == [["236", "12"]] and len(runner.calls) == 1
+    # A whole array whose tasks run: its ended tasks are accounting's.
+    out = _line("315", "314_1", "RUNNING", array=("314", "1"))
+    acc = _source()
+    _first(acc, Runner(out)).get_jobs(["314"])
+    assert acc.get_calls == [["314"]]
+    # A range of tasks, even all running.
+    acc = _source()
+    _first(acc, Runner(out)).get_jobs(["314_[1-1]"])
+    assert acc.get_calls == [["314_[1-1]"]]
+
+
+def test_controller_first_asks_accounting_when_the_controller_cannot_answer() -> None:
+    ended = make_job("12")
+    for runner in (
+        Runner(returncode=1),
+        Runner(error=True),
+        Runner(_line("12", "12", "COMPLETED")),
+    ):
+        acc = _source(ended)
+        assert _first(acc, runner).get_jobs(["12"]) == {"12": ended}
+        assert acc.get_calls == [["12"]]
