@@ -14,12 +14,13 @@ collector wrote for the owner alone answers, the store being closed to users),
 ``seff JOBID``, ``gpueff JOBID`` as root (Slurm shows root every job: the store answers too),
 ``gpueff JOBID`` as another ordinary user (``--other-user``: asks sacct, the path of every
 non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4), each ``--also`` job
-of the owner's that accounting must answer (running, or not collected yet) next to ``seff`` on
-it,
+of the owner's that the store does not answer (running: the controller answers, ``squeue``
+alone; or ended and not collected yet: accounting answers) next to ``seff`` on it,
 the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version``
-(interpreter, click and settings), and the ``sacct`` call gpueff makes on the sacct path, timed
-alone. It also counts the sacct processes the owner's run starts (``strace``, when installed) and
-lists the heavy modules it imports.
+(interpreter, click and settings), the ``sacct`` call gpueff makes on the sacct path and (with
+``--running``) the ``squeue`` call it makes for a running job, each timed alone. It also counts
+the sacct processes each run starts (``strace``, when installed) and lists the heavy modules it
+imports.
 
 The package's byte code is compiled first (as root): an ordinary user cannot write
 ``__pycache__`` in a root-owned checkout, and would otherwise compile every changed module on
@@ -109,7 +110,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="JOBID",
-        help="another of the owner's jobs that accounting must answer (running, or ended and "
+        help="another of the owner's jobs that the store does not answer (running, or ended and "
         "not collected yet), timed next to seff on the same job; repeatable",
     )
     ap.add_argument(
@@ -183,9 +184,19 @@ def _bench(args: argparse.Namespace) -> int:
         "`gpueff --version`": ([*gpueff, "--version"], args.user),
         "`sacct` as gpueff calls it (no QOS), alone": (a_argv, args.user),
     }
+    if args.running_id is not None:
+        from slurm_gpu.accounting.controller import SqueueView, query_delimiter
+
+        q_argv = SqueueView(squeue_path=shutil.which("squeue") or "squeue").argv(
+            [args.running_id], query_delimiter()
+        )
+        rows["`squeue` as gpueff calls it for a running job, alone"] = (
+            ["env", "SLURM_TIME_FORMAT=%s", *q_argv],
+            args.user,
+        )
     pairs: list[tuple[str, str]] = []
     for extra in args.also:
-        g_name = f"`gpueff JOBID` (owner, job {extra}: asks sacct)"
+        g_name = f"`gpueff JOBID` (owner, job {extra}: not answered by the store)"
         s_name = f"`seff JOBID` (job {extra})"
         rows[g_name] = ([*gpueff, extra], args.user)
         rows[s_name] = (["perl", args.seff, extra], args.user)
@@ -216,6 +227,9 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)
     print(f"sacct processes started by {args.other_user}'s gpueff JOBID: {other}")
+    for extra in args.also:
+        runs = _sacct_runs([*gpueff, extra], args.user)
+        print(f"sacct processes started by the owner's gpueff {extra}: {runs}")
     print(
         f"heavy packages imported by gpueff JOBID: {', '.join(_heavy_imports(g_argv, args.user))}"
     )
@@ -234,10 +248,14 @@ def _bench(args: argparse.Namespace) -> int:
     for g_name, s_name in pairs:
         each = statistics.median(times[g_name]) / statistics.median(times[s_name])
         job = g_name.split("job ", 1)[1].split(":", 1)[0]
-        kind = "running" if job == args.running_id else "running or not yet collected"
+        kind = (
+            "running: the controller answers"
+            if job == args.running_id
+            else "not answered by the store"
+        )
         print(
             target_line(
-                f"`gpueff` as owner, job {job} that accounting must answer ({kind}; median wall)",
+                f"`gpueff` as owner, job {job} ({kind}; median wall)",
                 f"{statistics.median(times[g_name]):.3f} s = {each:.2f}× seff",
                 "≤ 1× seff",
                 each <= 1.0,
