@@ -137,8 +137,13 @@ def fast_path(args: list[str], started: list[Any] | None = None) -> str | None:
         from slurm_gpu.jobreport.terminal import TerminalRenderer
 
         reader = make_reader(settings)
-        pending = service.start_lookup(args, service.NoAccounting(), reader, caller_uid=uid)
-        if pending.asked_accounting:
+        # With the question asked early, its answer is rendered here too (a running job the
+        # controller answered, a job accounting returned): the full command would render the
+        # same reports with the same renderer, after importing click. Any error, an id not
+        # found or an array goes to the full command, which takes the same early answer.
+        accounting: Any = started[0] if started else service.NoAccounting()
+        pending = service.start_lookup(args, accounting, reader, caller_uid=uid)
+        if pending.asked_accounting and not started:
             return None
         found = pending.finish(min_elapsed_s=settings.gpueff.min_elapsed_s)
         if found.missing or any(len(group) != 1 for _, group in found.groups):

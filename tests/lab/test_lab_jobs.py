@@ -132,3 +132,43 @@ def test_gpueff_as_owner_and_as_another_user(
     # PrivateData=jobs: another user learns nothing about the job (docs/gpueff.md: exit 4).
     assert other.returncode == 4, (other.returncode, other.stdout, other.stderr)
     assert "% busy" not in other.stdout
+
+
+def test_the_controller_answers_a_running_job_on_every_version(lab: Lab) -> None:
+    """``squeue --Format`` with the fields ``accounting.controller`` asks, framed by a random
+    delimiter, read by that version's squeue; and ``gpueff`` on the running job as its owner,
+    answered by the controller alone."""
+    job_id = lab.submit(
+        "#!/bin/bash\n#SBATCH --job-name=lab-ctl|x --gres=gpu:2 --mem=100M --time=00:05:00\n"
+        "sleep 120\n"
+    )
+    try:
+        lab.wait_running(job_id)
+        probe = (
+            "import json, sys\n"
+            "from slurm_gpu.accounting.controller import SqueueView\n"
+            "(j,) = SqueueView().jobs([sys.argv[1]])\n"
+            "print(json.dumps([j.job_id, j.job_name, j.state, j.user, list(j.nodelist),"
+            " j.tres.gpus, j.start_s is not None, j.time_limit_s]))\n"
+        )
+        out = lab.run([PYTHON, "-c", probe, job_id], user="labuser1").stdout
+        assert json.loads(out) == [
+            job_id,
+            "lab-ctl|x",
+            "RUNNING",
+            "labuser1",
+            json.loads(out)[4],
+            2,
+            True,
+            300,
+        ], out
+        assert len(json.loads(out)[4]) == 1
+        report = lab.run([f"{PROJECT_BIN}/gpueff", "--json", job_id], user="labuser1").stdout
+        (job,) = json.loads(report)["jobs"]
+        assert job["state"] == "RUNNING" and job["job_name"] == "lab-ctl|x"
+        assert job["gpus_allocated"] == 2 and job["exit_code"] is None
+        # Another user: the controller hides it (PrivateData=jobs), and so does accounting.
+        other = lab.run([f"{PROJECT_BIN}/gpueff", job_id], user="labuser2", check=False)
+        assert other.returncode == 4, (other.returncode, other.stdout, other.stderr)
+    finally:
+        lab.run(["scancel", job_id], check=False)

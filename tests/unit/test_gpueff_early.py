@@ -74,10 +74,27 @@ def test_queries_are_what_start_lookup_asks() -> None:
     assert queries_for(["7", "1234_3", "7", "1234+0"]) == ["7", "1234_3", "1234+0"]
 
 
-def _probe(tmp_path: Path, uid: int) -> dict[str, object]:
+#: A squeue (beside the fake sacct, where gpueff looks for it) that shows job 2 running, each
+#: field ended by the delimiter its ``--Format`` asked for.
+RUNNING_SQUEUE = f"""#!{sys.executable}
+import sys
+fmt = next(a for a in sys.argv if a.startswith("--Format="))
+d = fmt.removeprefix("--Format=JobID:0").split(",")[0]
+values = ["2", "2", "2", "N/A", "N/A", "N/A", "RUNNING", "node1", "1700000000", "1700000000",
+          "alice", "1000", "physics", "gpu", "8", "cpu=8,mem=64G,node=1,gres/gpu=1", "1:00:00",
+          "live-job"]
+print("".join(v + d for v in values))
+"""
+
+
+def _probe(tmp_path: Path, uid: int, squeue: str | None = None) -> dict[str, object]:
     """Run the console script for job 2 as ``uid`` in a fresh interpreter, with a sacct that
-    logs each call; report the exit code, the sacct calls, and whether the report code was
-    imported when accounting was first asked."""
+    logs each call (and, given, the ``squeue`` script beside it); report the exit code, the
+    sacct calls, whether the report code was imported when accounting was first asked, and
+    whether click was imported at all."""
+    if squeue is not None:
+        (tmp_path / "squeue").write_text(squeue)
+        (tmp_path / "squeue").chmod(0o755)
     log = tmp_path / "sacct.log"
     real = write_fake_sacct(tmp_path, recorded_rows(RECORDED))
     sacct = tmp_path / "logging-sacct"
@@ -104,7 +121,8 @@ def _probe(tmp_path: Path, uid: int) -> dict[str, object]:
         f"sys.argv = ['gpueff', '--config', {str(cfg)!r}, '2']\n"
         "code = 0\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
-        "print('PROBE ' + json.dumps({'code': code, 'report_code_imported': seen}))\n"
+        "print('PROBE ' + json.dumps({'code': code, 'report_code_imported': seen,"
+        " 'click': 'click' in sys.modules}))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", probe],
@@ -138,3 +156,12 @@ def test_root_does_not_ask_early(tmp_path: Path) -> None:
     assert result["code"] == 0, result["stdout"]
     assert result["report_code_imported"] == []
     assert len(result["calls"]) == 2  # type: ignore[arg-type]
+
+
+def test_a_running_job_is_answered_by_the_controller_without_sacct_or_click(
+    tmp_path: Path,
+) -> None:
+    result = _probe(tmp_path, uid=54321, squeue=RUNNING_SQUEUE)
+    assert result["code"] == 0, result["stdout"]
+    assert 'Job 2 "live-job"  RUNNING' in str(result["stdout"])
+    assert result["calls"] == [] and result["click"] is False
