@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
+    from slurm_gpu.errors import SlurmGpuError
 
 #: Plain job ids and array tasks only; anything else (options, ranges) takes the full path.
 _SIMPLE_ID = re.compile(r"[0-9]+(_[0-9]+)?")
@@ -89,11 +91,13 @@ def _cached(
     return None if texts is None else "\n".join(texts)
 
 
-def fast_path(args: list[str], started: list[Any] | None = None) -> str | None:
+def fast_path(args: list[str], started: list[Any] | None = None) -> str | NotFound | None:
     """The full output for ``args`` when every id is the caller's own stored, settled single
     job; ``None`` when the full command must run instead. Never raises. With ``started``, an
     ordinary user's ids that no rendered report answers are asked of accounting at once
-    (``jobreport.early``), and the pending question is appended there for the full command."""
+    (``jobreport.early``), the pending question is appended there for the full command, and
+    its answer is rendered here when it needs nothing else (``NotFound`` for ids accounting
+    did not return)."""
     uid = os.getuid()
     config_path = None
     if len(args) >= 2 and args[0] == "--config":
@@ -138,22 +142,36 @@ def fast_path(args: list[str], started: list[Any] | None = None) -> str | None:
 
         reader = make_reader(settings)
         # With the question asked early, its answer is rendered here too (a running job the
-        # controller answered, a job accounting returned): the full command would render the
-        # same reports with the same renderer, after importing click. Any error, an id not
-        # found or an array goes to the full command, which takes the same early answer.
+        # controller answered, a job accounting returned, an id it did not return): the full
+        # command would print the same, after importing click. Any error or an array goes to
+        # the full command, which takes the same early answer.
         accounting: Any = started[0] if started else service.NoAccounting()
         pending = service.start_lookup(args, accounting, reader, caller_uid=uid)
         if pending.asked_accounting and not started:
             return None
         found = pending.finish(min_elapsed_s=settings.gpueff.min_elapsed_s)
-        if found.missing or any(len(group) != 1 for _, group in found.groups):
+        if any(len(group) != 1 for _, group in found.groups):
             return None
-        renderer = TerminalRenderer(
-            colour=colour, template_dir=settings.gpueff.template_dir, cache=True
-        )
-        return output.render_groups(renderer, found.groups)
+        text = ""
+        if found.groups:
+            renderer = TerminalRenderer(
+                colour=colour, template_dir=settings.gpueff.template_dir, cache=True
+            )
+            text = output.render_groups(renderer, found.groups)
+        if found.missing:
+            return NotFound(text, service.not_found_error(found.missing))
+        return text
     except Exception:  # the full command reports every problem properly
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    """What the full command prints when accounting did not return some ids: the reports of
+    the others on stdout, then the error's line and hint on stderr, and its exit code (4)."""
+
+    stdout: str
+    error: SlurmGpuError
 
 
 def main() -> None:
@@ -165,8 +183,15 @@ def main() -> None:
 
         full(early=started[0] if started else None)
         return
+    error = text.error if isinstance(text, NotFound) else None
+    out = text.stdout if isinstance(text, NotFound) else text
     try:
-        sys.stdout.write(text)
+        sys.stdout.write(out)
         sys.stdout.flush()
     except BrokenPipeError:
         sys.exit(130)
+    if error is not None:
+        # As ``guard.fail`` words it for the full command.
+        hint = f"hint: {error.hint}\n" if error.hint else ""
+        sys.stderr.write(f"gpueff: {error.message}\n{hint}")
+        sys.exit(error.exit_code)

@@ -87,7 +87,9 @@ print("".join(v + d for v in values))
 """
 
 
-def _probe(tmp_path: Path, uid: int, squeue: str | None = None) -> dict[str, object]:
+def _probe(
+    tmp_path: Path, uid: int, squeue: str | None = None, job: str = "2"
+) -> dict[str, object]:
     """Run the console script for job 2 as ``uid`` in a fresh interpreter, with a sacct that
     logs each call (and, given, the ``squeue`` script beside it); report the exit code, the
     sacct calls, whether the report code was imported when accounting was first asked, and
@@ -118,7 +120,7 @@ def _probe(tmp_path: Path, uid: int, squeue: str | None = None) -> dict[str, obj
         "    return real_start(settings, ids)\n"
         "early.start = start\n"
         "from slurm_gpu.cli.gpueff_entry import main\n"
-        f"sys.argv = ['gpueff', '--config', {str(cfg)!r}, '2']\n"
+        f"sys.argv = ['gpueff', '--config', {str(cfg)!r}, {job!r}]\n"
         "code = 0\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "print('PROBE ' + json.dumps({'code': code, 'report_code_imported': seen,"
@@ -134,6 +136,7 @@ def _probe(tmp_path: Path, uid: int, squeue: str | None = None) -> dict[str, obj
     )
     result: dict[str, object] = json.loads(proc.stdout.rsplit("PROBE ", 1)[1])
     result["stdout"] = proc.stdout + proc.stderr
+    result["stderr"] = proc.stderr
     result["calls"] = log.read_text().splitlines() if log.exists() else []
     return result
 
@@ -165,3 +168,18 @@ def test_a_running_job_is_answered_by_the_controller_without_sacct_or_click(
     assert result["code"] == 0, result["stdout"]
     assert 'Job 2 "live-job"  RUNNING' in str(result["stdout"])
     assert result["calls"] == [] and result["click"] is False
+
+
+def test_an_id_accounting_does_not_return_is_refused_as_the_full_command_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Another user's job under PrivateData (or no such job): exit 4 and the full command's
+    two lines, without importing click (the answer came early; nothing else is needed)."""
+    result = _probe(tmp_path, uid=54321, job="999999")
+    assert result["code"] == 4, result["stdout"]
+    assert result["stderr"] == (
+        "gpueff: job 999999 not found\nhint: check the id; accounting shows you only your own "
+        "jobs (and those of accounts you coordinate), and forgets jobs after the site's "
+        "retention period\n"
+    )
+    assert len(result["calls"]) == 2 and result["click"] is False  # type: ignore[arg-type]
