@@ -340,10 +340,10 @@ class ControllerCorrected:
                 return {j.job_id: corrected(None, j, now_s) for j in asked}
         try:
             found = self._source.get_jobs(job_ids)
-        except AccountingError:
-            live = asked if asked is not None else self._live(job_ids)
+        except AccountingError as error:
+            live = asked if asked is not None else self._second_opinion(job_ids)
             if not job_ids or not all(any(_answers_live(q, j) for j in live) for q in job_ids):
-                raise
+                raise error from None  # accounting's error, not the controller's
             return {j.job_id: corrected(None, j, self._clock()) for j in live}
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
@@ -351,10 +351,7 @@ class ControllerCorrected:
         if asked is not None:
             live = [j for j in asked if any(_answers_live(q, j) for q in unsure)]
         else:
-            try:
-                live = self._live(unsure)
-            except AccountingError:
-                return found  # the controller is a second opinion: accounting's answer stands
+            live = self._second_opinion(unsure)
         out = dict(found)
         now_s = self._clock()
         for job in live:
@@ -371,6 +368,14 @@ class ControllerCorrected:
 
     def _live(self, queries: Sequence[str]) -> list[LiveJob]:
         return [j for j in self._view.jobs(queries) if j.state in LIVE_STATES]
+
+    def _second_opinion(self, queries: Sequence[str]) -> list[LiveJob]:
+        """The controller's running jobs of ``queries``; ``[]`` when it cannot be asked (it is
+        a second opinion: accounting's answer, or its error, stands)."""
+        try:
+            return self._live(queries)
+        except AccountingError:
+            return []
 
 
 def _started(typed: str, found: Mapping[str, JobRecord]) -> bool:

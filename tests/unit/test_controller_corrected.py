@@ -287,3 +287,12 @@ def test_controller_first_asks_accounting_when_the_controller_cannot_answer() ->
         acc = _source(ended)
         assert _first(acc, runner).get_jobs(["12"]) == {"12": ended}
         assert acc.get_calls == [["12"]]
+
+
+def test_with_accounting_down_and_no_squeue_accountings_error_is_shown() -> None:
+    for first in (False, True):
+        source = ControllerCorrected(
+            _down(), SqueueView(runner=Runner(error=True)), controller_first=first
+        )
+        with pytest.raises(AccountingError, match="slurmdbd unreachable"):
+            source.get_jobs(["236"])
