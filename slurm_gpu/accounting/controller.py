@@ -19,7 +19,7 @@ controller does not show) is asked of accounting as before, with the controller'
 
 ``squeue --Format`` is asked for the job's name (text its owner chose) and otherwise only for
 fields no user can type (ids, state, node list, times, user, account, partition, CPUs, TRES,
-time limit). Every field ends with a delimiter drawn at random for that query
+time limit, run time). Every field ends with a delimiter drawn at random for that query
 (``query_delimiter``), which a name written before the query cannot hold, so a name cannot
 forge a field or a job; an answer that does not split into whole records is dropped. The name
 is cleaned where it enters (``slurm_gpu.textsafe``).
@@ -68,6 +68,7 @@ FIELDS: tuple[str, ...] = (
     "NumCPUs",
     "tres-alloc",
     "TimeLimit",
+    "TimeUsed",
     "Name",
 )
 
@@ -114,6 +115,8 @@ class LiveJob:
     cpus: int | None
     tres: Tres
     time_limit_s: int | None
+    used_s: int | None = None
+    """Run time so far, seconds, without the time the job was suspended (``TimeUsed``)."""
 
 
 def _opt(value: str) -> str | None:
@@ -178,6 +181,7 @@ def _live_job(row: Mapping[str, str]) -> LiveJob | None:
         cpus=_opt_int(row["NumCPUs"]),
         tres=parse_tres(_opt(row["tres-alloc"])),
         time_limit_s=int(limit) if limit is not None else None,
+        used_s=int(used) if (used := parse_duration(row["TimeUsed"])) is not None else None,
     )
 
 
@@ -198,7 +202,10 @@ def corrected(job: JobRecord | None, live: LiveJob, now_s: float) -> JobRecord:
     it running: state, nodes, start, elapsed time and allocation from the controller; what the
     controller does not tell (its request, its comment and directory) kept from accounting; the
     name is the controller's (accounting's unsettled record names every job "allocation")."""
-    elapsed = int(max(0.0, now_s - live.start_s)) if live.start_s is not None else 0
+    # Slurm's own run time (suspended time left out, as sacct's Elapsed), else since the start.
+    elapsed = live.used_s
+    if elapsed is None:
+        elapsed = int(max(0.0, now_s - live.start_s)) if live.start_s is not None else 0
     if job is None:
         return JobRecord(
             job_id=live.job_id,

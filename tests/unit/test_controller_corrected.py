@@ -49,6 +49,7 @@ def _line(
     start: str = "1795964806",
     user: str = "sgtest1",
     name: str = "train",
+    used: str = "1:34",
 ) -> str:
     array_job, task = array
     values = [
@@ -69,6 +70,7 @@ def _line(
         "1",
         "cpu=1,mem=100M,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1",
         "2:00",
+        used,
         name,
     ]
     assert len(values) == len(FIELDS)
@@ -129,7 +131,7 @@ def test_a_placeholder_pending_record_takes_the_controllers_running_job() -> Non
     job = got["236"]
     assert job.state == "RUNNING" and job.partition == "gpu" and job.nodelist == ("vm",)
     assert job.alloc_tres.gpus == 1 and job.alloc_cpus == 1
-    assert job.start_s == 1795964806.0 and job.elapsed_s == int(NOW - 1795964806)
+    assert job.start_s == 1795964806.0 and job.elapsed_s == 94  # TimeUsed, not now - start
     assert job.time_limit_s == 120 and job.exit_code is None and job.end_s is None
     assert job.job_name == "train"  # not the unsettled record's "allocation"
     assert len(runner.calls) == 1
@@ -296,3 +298,9 @@ def test_with_accounting_down_and_no_squeue_accountings_error_is_shown() -> None
         )
         with pytest.raises(AccountingError, match="slurmdbd unreachable"):
             source.get_jobs(["236"])
+
+
+def test_without_slurms_run_time_elapsed_counts_from_the_start() -> None:
+    runner = Runner(_line("236", "236", "RUNNING", used="N/A"))
+    job = _corrected(_source(_placeholder("236")), runner).get_jobs(["236"])["236"]
+    assert job.elapsed_s == int(NOW - 1795964806)

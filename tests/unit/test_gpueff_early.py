@@ -82,7 +82,7 @@ fmt = next(a for a in sys.argv if a.startswith("--Format="))
 d = fmt.removeprefix("--Format=JobID:0").split(",")[0]
 values = ["2", "2", "2", "N/A", "N/A", "N/A", "RUNNING", "node1", "1700000000", "1700000000",
           "alice", "1000", "physics", "gpu", "8", "cpu=8,mem=64G,node=1,gres/gpu=1", "1:00:00",
-          "live-job"]
+          "5:00", "live-job"]
 print("".join(v + d for v in values))
 """
 
