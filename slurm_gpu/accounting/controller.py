@@ -185,13 +185,8 @@ def _live_job(row: Mapping[str, str]) -> LiveJob | None:
     )
 
 
-def _answers_record(typed: str, job: JobRecord) -> bool:
-    return answers(
-        typed, job.job_id, job.array_job_id, job.array_task_id, job.het_job_id, job.het_job_offset
-    )
-
-
-def _answers_live(typed: str, job: LiveJob) -> bool:
+def _answers(typed: str, job: JobRecord | LiveJob) -> bool:
+    """Whether accounting's or the controller's ``job`` answers the id a user typed."""
     return answers(
         typed, job.job_id, job.array_job_id, job.array_task_id, job.het_job_id, job.het_job_offset
     )
@@ -310,7 +305,7 @@ class SqueueView:
             )
         text = done.stdout.decode("utf-8", "replace")
         jobs = parse_squeue(text, delimiter)
-        return [j for j in jobs if any(_answers_live(q, j) for q in queries)]
+        return [j for j in jobs if any(_answers(q, j) for q in queries)]
 
 
 class ControllerCorrected:
@@ -349,14 +344,14 @@ class ControllerCorrected:
             found = self._source.get_jobs(job_ids)
         except AccountingError as error:
             live = asked if asked is not None else self._second_opinion(job_ids)
-            if not job_ids or not all(any(_answers_live(q, j) for j in live) for q in job_ids):
+            if not job_ids or not all(any(_answers(q, j) for j in live) for q in job_ids):
                 raise error from None  # accounting's error, not the controller's
             return {j.job_id: corrected(None, j, self._clock()) for j in live}
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
             return found
         if asked is not None:
-            live = [j for j in asked if any(_answers_live(q, j) for q in unsure)]
+            live = [j for j in asked if any(_answers(q, j) for q in unsure)]
         else:
             live = self._second_opinion(unsure)
         out = dict(found)
@@ -387,7 +382,7 @@ class ControllerCorrected:
 
 def _started(typed: str, found: Mapping[str, JobRecord]) -> bool:
     """Whether accounting answered ``typed`` with jobs none of which it shows not started."""
-    matched = [j for j in found.values() if _answers_record(typed, j)]
+    matched = [j for j in found.values() if _answers(typed, j)]
     return bool(matched) and all(j.state not in NOT_STARTED_STATES for j in matched)
 
 
@@ -395,7 +390,7 @@ def _alone(typed: str, live: Sequence[LiveJob]) -> bool:
     """Whether the controller's running jobs answer ``typed`` whole: one job, running, and not
     a task or component of a job the id names as a whole (whose ended parts only accounting
     keeps)."""
-    matched = [j for j in live if _answers_live(typed, j)]
+    matched = [j for j in live if _answers(typed, j)]
     if len(matched) != 1:
         return False
     parsed = parse_job_id(typed)
