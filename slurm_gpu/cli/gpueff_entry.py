@@ -7,10 +7,13 @@ report (``[gpueff] cache_reports``), it is printed without importing the report 
 jinja2: for an ordinary user from the file the collector wrote for that user alone
 (``reportfiles``: the kernel checks who may open it, and the store itself need not be
 readable by users), for root from the store (``reportcache``, one indexed read). The forms
-taken here are ``gpueff [--config F] [--json] [--color|--no-color] JOBID...``. Anything else
-— other options, other users' jobs, running jobs, arrays, a job accounting must be asked
-about, any error — goes to the full click command (``slurm_gpu.cli.gpueff``), which decides
-and reports exactly as if this module did not exist.
+taken here are ``gpueff [--config F] [--json] [--color|--no-color] JOBID...``. For an
+ordinary user's ids that no rendered report answers, the question is asked at once
+(``jobreport.early``: the controller first, then accounting) and, without ``--json``, its
+answer is printed here too when it is single jobs or ids not returned (the full command's
+refusal, exit 4). Anything else — other options, arrays, any error — goes to the full click
+command (``slurm_gpu.cli.gpueff``), which decides and reports exactly as if this module did
+not exist, reusing the answer already asked.
 """
 
 from __future__ import annotations
