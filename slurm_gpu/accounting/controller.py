@@ -36,7 +36,10 @@ from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.jobids import answers, parse_job_id
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
-from slurm_gpu.accounting.sacct import parse_duration
+
+# The same readings of Slurm's empty values, numbers and epoch times as sacct's.
+from slurm_gpu.accounting.sacct import _epoch, _opt_int, parse_duration
+from slurm_gpu.accounting.sacct import _opt_str as _opt
 from slurm_gpu.accounting.tres import parse_tres
 from slurm_gpu.accounting.usertext import JOB_NAME_MAX_LEN
 from slurm_gpu.errors import AccountingError
@@ -74,8 +77,6 @@ FIELDS: tuple[str, ...] = (
 
 #: Bytes of ``squeue`` output read at most: a few hundred per job, and only the jobs asked.
 MAX_OUTPUT_BYTES = 1 << 20
-
-_UNSET = frozenset({"", "N/A", "(null)", "None", "Unknown"})
 
 
 def query_delimiter() -> str:
@@ -117,18 +118,6 @@ class LiveJob:
     time_limit_s: int | None
     used_s: int | None = None
     """Run time so far, seconds, without the time the job was suspended (``TimeUsed``)."""
-
-
-def _opt(value: str) -> str | None:
-    return None if value in _UNSET else value
-
-
-def _opt_int(value: str) -> int | None:
-    return int(value) if value.isdigit() else None
-
-
-def _epoch(value: str) -> float | None:
-    return float(value) if value.isdigit() and int(value) > 0 else None
 
 
 def parse_squeue(text: str, delimiter: str) -> list[LiveJob]:
