@@ -128,8 +128,8 @@ def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
         charts=charts,
     )
     return Notifier(
-        # Mail is about ended jobs, which only accounting keeps: no controller first.
-        accounting=make_accounting(settings, controller_first=False),
+        # Mail is about ended jobs, which only accounting keeps: squeue is not asked.
+        accounting=make_accounting(settings, controller=False),
         reader=StoreAndSpoolReader(settings, spark_points=120),
         builder=builder,
         mailer=open_mailer(m, dry_run_dir=dry_run_dir),

@@ -30,18 +30,21 @@ if TYPE_CHECKING:
 OMIT: tuple[str, ...] = ("QOS",)
 
 
-def open_for_gpueff(settings: Settings, *, controller_first: bool = True) -> Any:
+def open_for_gpueff(settings: Settings, *, controller: bool = True) -> Any:
     """The configured accounting source as ``gpueff`` asks it: as the calling user, without
-    ``OMIT``, ``sacct``'s accounting and text queries at once (a person waits), and with the
-    controller's word for running jobs (``accounting.controller``): with ``controller_first``,
-    a job the controller shows running is answered by ``squeue`` alone."""
+    ``OMIT``, ``sacct``'s accounting and text queries at once (a person waits), and, with
+    ``controller``, the controller asked first: a job it shows running is answered by
+    ``squeue`` alone (``accounting.controller``)."""
     from slurm_gpu.accounting import open_accounting
+
+    source = open_accounting(settings, omit=OMIT, overlap_text=True)
+    if not controller:
+        return source
     from slurm_gpu.accounting.controller import ControllerCorrected, SqueueView, squeue_path_for
 
     acc = settings.accounting
     view = SqueueView(squeue_path=squeue_path_for(acc.sacct_path), timeout_s=acc.timeout_s)
-    source = open_accounting(settings, omit=OMIT, overlap_text=True)
-    return ControllerCorrected(source, view, controller_first=controller_first)
+    return ControllerCorrected(source, view, controller_first=True)
 
 
 class EarlyAccounting:

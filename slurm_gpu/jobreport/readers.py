@@ -39,11 +39,11 @@ def open_store_reader(url: str) -> Any:
     return Store.open(url, migrate=False)
 
 
-def make_accounting(settings: Settings, *, controller_first: bool = True) -> Any:
+def make_accounting(settings: Settings, *, controller: bool = True) -> Any:
     """The configured accounting source, asking as the calling user, opened at first use;
-    ``controller_first``: a job the controller shows running is answered by ``squeue`` alone
-    (``jobreport.early.open_for_gpueff``)."""
-    return LazyAccounting(settings, controller_first=controller_first)
+    ``controller``: the controller is asked first, and a job it shows running is answered by
+    ``squeue`` alone (``jobreport.early.open_for_gpueff``)."""
+    return LazyAccounting(settings, controller=controller)
 
 
 class LazyAccounting:
@@ -55,9 +55,9 @@ class LazyAccounting:
     accounting and text queries at once.
     """
 
-    def __init__(self, settings: Settings, *, controller_first: bool = True) -> None:
+    def __init__(self, settings: Settings, *, controller: bool = True) -> None:
         self._settings = settings
-        self._controller_first = controller_first
+        self._controller = controller
         self._source: Any = None
         self.name: str = settings.accounting.backend
 
@@ -65,7 +65,7 @@ class LazyAccounting:
         if self._source is None:
             from slurm_gpu.jobreport.early import open_for_gpueff
 
-            self._source = open_for_gpueff(self._settings, controller_first=self._controller_first)
+            self._source = open_for_gpueff(self._settings, controller=self._controller)
         return self._source
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
