@@ -24,6 +24,12 @@ class SlurmGpuError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def lines(self, prog: str) -> str:
+        """What an entry point prints for this error: ``prog: message`` and, when there is
+        one, ``hint: …``, each ending with a newline."""
+        hint = f"hint: {self.hint}\n" if self.hint else ""
+        return f"{prog}: {self.message}\n{hint}"
+
 
 class UsageError(SlurmGpuError):
     """The command line itself is wrong (click also uses exit code 2 for this)."""

@@ -24,9 +24,7 @@ def fail(err: SlurmGpuError, prog: str, *, debug: bool = False) -> NoReturn:
     """Print ``prog: message`` and ``hint: …`` on stderr and exit with the error's code."""
     if debug:
         traceback.print_exc()
-    click.echo(f"{prog}: {err.message}", err=True)
-    if err.hint:
-        click.echo(f"hint: {err.hint}", err=True)
+    click.echo(err.lines(prog), err=True, nl=False)
     sys.exit(err.exit_code)
 
 

@@ -194,7 +194,5 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(130)
     if error is not None:
-        # As ``guard.fail`` words it for the full command.
-        hint = f"hint: {error.hint}\n" if error.hint else ""
-        sys.stderr.write(f"gpueff: {error.message}\n{hint}")
+        sys.stderr.write(error.lines("gpueff"))  # as ``guard.fail`` prints it
         sys.exit(error.exit_code)
