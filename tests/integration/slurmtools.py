@@ -131,22 +131,67 @@ def _least_done(states: Sequence[str]) -> str | None:
     return states[0] if states else None
 
 
+def _controller_states(job_id: str) -> dict[str, str] | None:
+    """Every job id slurmctld holds for ``job_id`` (an array's tasks each apart), with its
+    state, ended ones included; ``{}`` once slurmctld has forgotten the job (MinJobAge after
+    its end); ``None`` when squeue failed (slurmctld busy or restarting): unknown, which must
+    never read as "the job is gone"."""
+    try:
+        proc = run_as(
+            None, ["squeue", "-h", "--states=all", "-j", job_id, "-o", "%i|%T"], check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0:
+        return {} if "Invalid job id" in proc.stderr else None
+    states: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        jid, _, state = line.strip().partition("|")
+        if jid:
+            states[jid] = state
+    return states
+
+
+def _accounted_states(job_id: str) -> dict[str, str]:
+    """Every allocation accounting holds for ``job_id``, as {JobID: first word of State}."""
+    try:
+        proc = run_as(
+            None, ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State"], check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {}
+    states: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        jid, _, state = line.strip().partition("|")
+        if jid and state:
+            states[jid] = state.split()[0]
+    return states
+
+
 def wait_done(job_id: str, timeout_s: float = 120.0) -> str:
     """Wait until the job has ended, its epilog has run and accounting has its final state;
     return that state (``COMPLETED``, ``FAILED``, ``TIMEOUT``, ...).
 
+    Done means: slurmctld shows every job id of it ended (COMPLETING, the epilog still
+    running, is not), and accounting holds each of those ids in a final state too. Accounting
+    lags the controller, by seconds on a loaded machine, so a job whose tasks slurmdbd has
+    not all heard of yet is not done. For an array job the state returned is that of the first
+    task that did not complete, else ``COMPLETED``.
+
     Raises ``TimeoutError`` when that takes longer than ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
-    last: tuple[str | None, str | None] = (None, None)
+    last: tuple[object, object] = (None, None)
     while time.monotonic() < deadline:
-        queued = squeue_state(job_id)
-        # COMPLETING means the epilog still runs; wait for it like everyone else would.
-        if queued is None or queued in TERMINAL_STATES:
-            accounted = sacct_state(job_id)
-            if accounted in TERMINAL_STATES:
-                assert accounted is not None
-                return accounted
+        queued = _controller_states(job_id)
+        if queued is not None and all(s in TERMINAL_STATES for s in queued.values()):
+            accounted = _accounted_states(job_id)
+            settled = all(s in TERMINAL_STATES for s in accounted.values()) and all(
+                accounted.get(jid) in TERMINAL_STATES for jid in queued
+            )
+            if accounted and settled:
+                done = _least_done([s for s in accounted.values() if s != "COMPLETED"])
+                return done or "COMPLETED"
             last = (queued, accounted)
         else:
             last = (queued, None)

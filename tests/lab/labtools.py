@@ -130,7 +130,12 @@ class Lab:
         return job_id
 
     def squeue_state(self, job_id: str) -> str | None:
-        out = self.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False).stdout.split()
+        proc = self.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+        if proc.returncode != 0:
+            # A forgotten job id (MinJobAge after its end) is gone; any other failure
+            # (slurmctld busy or restarting) is unknown, never "the job is gone".
+            return None if "Invalid job id" in proc.stderr else "UNKNOWN"
+        out = proc.stdout.split()
         return out[0] if out else None
 
     def sacct_state(self, job_id: str) -> str | None:
