@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slurm_gpu.capture.aggregate import NodeAggregator
+from slurm_gpu.capture.livefile import LiveWriter, private_group_of
 from slurm_gpu.capture.spool import (
     JobSpool,
     SpoolHeader,
     SpoolWriter,
-    private_group_of,
-    write_live,
     write_record,
     write_state,
 )
@@ -186,8 +185,8 @@ class Sampler:
         self.started_s = clock()
         # The group that may read the live summary: the job user's private group, looked up
         # once (a name service may be slow); none when not root (nothing to grant).
-        self._live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
-        self._live_dirs_made = False
+        live_gid = private_group_of(opts.uid) if os.geteuid() == 0 else None
+        self._live = LiveWriter(self.paths, live_gid)
         self.agg = self._make_aggregator()
         max_recent = min(RECENT_MAX_READINGS, int(RECENT_WINDOW_S / opts.interval_s) + 2)
         self._live_gpus = [_LiveGpu(max_recent) for _ in opts.gpu_uuids]
@@ -393,10 +392,8 @@ class Sampler:
             },
         }
         try:
-            write_live(self.paths, summary, self._live_gid, dirs_made=self._live_dirs_made)
-            self._live_dirs_made = True
+            self._live.write(summary)
         except (OSError, ValueError) as exc:
-            self._live_dirs_made = False
             log.warning("live summary not written: %s", exc)
 
     # ------------------------------------------------------------------ end
@@ -425,6 +422,7 @@ class Sampler:
                 log.warning("final spool sync failed: %s", exc)
             self._writer.close()
             self._writer = None
+        self._live.close()
         record = self.agg.record(ended_s=self.clock(), complete=True, notes=self.notes)
         if self.stacks is not None:
             record = dataclasses.replace(record, stacks=self.stacks.summary())

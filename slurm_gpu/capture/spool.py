@@ -9,7 +9,7 @@ Layout (``JobSpool``)::
         <host>.record                  the sealed NodeRecord (atomic rename), root 0600
     <spool_dir>-live/<job_id>/<host>.json
                                        small live summary: root's, group the job user's
-                                       private group, 0440 (``write_live``)
+                                       private group, 0440 (``livefile``)
 
 Spool lines (JSON Lines, one object per line, ``\\n``-terminated), version 2 (columnar)::
 
@@ -36,7 +36,6 @@ import dataclasses
 import json
 import operator
 import os
-import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -593,100 +592,3 @@ def read_state(path: str) -> tuple[dict[str, Any], int, list[str]]:
         return dict(body["aggregates"]), int(body["offset"]), [str(n) for n in body["notes"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise SpoolFormatError(f"{path}: bad checkpoint: {exc}") from None
-
-
-# --------------------------------------------------------------------------- live summary
-
-
-LIVE_SCHEMA = "slurm-gpu/live"
-LIVE_VERSION = 1
-
-
-def write_live(
-    paths: JobSpool, summary: dict[str, Any], gid: int | None, *, dirs_made: bool = False
-) -> None:
-    """Write the live summary to ``paths.live``: root's (never the user's: they could
-    chmod it, write into it and fill the spool's file system, or keep it with a hard link),
-    group ``gid`` and 0440 when given (the job user's private group, ``private_group_of``),
-    else 0400. Created without following links, in a directory only root writes. Raises
-    ``OSError``, and ``ValueError`` when the summary exceeds ``LIVE_MAX_BYTES``.
-
-    ``dirs_made``: a previous call made and checked the directories (root's: nobody else can
-    change them since), so they are made again only if they are gone. Not fsynced: the
-    summary describes a running job and is rewritten every few seconds; after a crash of the
-    machine there is no running job to describe.
-    """
-    body = {"schema": LIVE_SCHEMA, "version": LIVE_VERSION, **summary}
-    data = json.dumps(body, separators=(",", ":")).encode()
-    if len(data) > LIVE_MAX_BYTES:
-        raise ValueError(f"live summary of {len(data)} bytes over {LIVE_MAX_BYTES}")
-    mode = LIVE_GROUP_MODE if gid is not None else LIVE_MODE
-    if dirs_made:
-        try:
-            write_atomic(paths.live, data, mode=mode, gid=gid, sync=False)
-            return
-        except FileNotFoundError:
-            pass  # the directory was removed (the epilog's remove_live): make it again
-    paths.create_live_dir(gid)
-    write_atomic(paths.live, data, mode=mode, gid=gid, sync=False)
-
-
-def private_group_of(uid: int | None) -> int | None:
-    """The primary group of ``uid`` when it is that user's private group (named after the
-    user, no listed members), else ``None``: only such a group lets the live summary be read
-    by its user and nobody else with plain permissions. Looked up once, by the sampler."""
-    import grp
-    import pwd
-
-    if uid is None:
-        return None
-    try:
-        user = pwd.getpwuid(uid)
-        group = grp.getgrgid(user.pw_gid)
-    except (KeyError, OSError):
-        return None
-    if group.gr_name != user.pw_name or any(m != user.pw_name for m in group.gr_mem):
-        return None
-    return int(user.pw_gid)
-
-
-def read_live(path: str) -> dict[str, Any]:
-    """The live summary; ``SpoolFormatError`` when unreadable, not a regular file (links are
-    not followed), over ``LIVE_MAX_BYTES`` or of an unknown version. Read by ``gpueff``: its
-    strings are cleaned by the caller (``jobreport.readers``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SpoolFormatError(f"{path}: not a regular file")
-        data = _read_bounded(fd, LIVE_MAX_BYTES + 1)
-    except OSError as exc:
-        raise SpoolFormatError(f"{path}: cannot read ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    if len(data) > LIVE_MAX_BYTES:
-        raise SpoolFormatError(f"{path}: live summary over {LIVE_MAX_BYTES} bytes")
-    try:
-        body = json.loads(data)
-    except ValueError as exc:
-        raise SpoolFormatError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(body, dict) or body.get("schema") != LIVE_SCHEMA:
-        raise SpoolFormatError(f"{path}: not a live summary")
-    if body.get("version") != LIVE_VERSION:
-        raise SpoolFormatError(f"{path}: live summary version {body.get('version')!r} unknown")
-    return body
-
-
-def _read_bounded(fd: int, limit: int) -> bytes:
-    """At most ``limit`` bytes from ``fd``."""
-    chunks = []
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 65536))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)

@@ -240,6 +240,27 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def write_all_at(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` of ``fd`` (``pwrite`` until done)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def read_bounded(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd``."""
+    chunks = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 # --------------------------------------------------------------------------- pid file
 
 

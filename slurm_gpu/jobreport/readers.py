@@ -317,7 +317,8 @@ class StoreAndSpoolReader:
 
     def _live_local(self, job: JobRecord) -> Telemetry | None:
         """The live summaries of a running job readable on this host; ``None`` if none."""
-        from slurm_gpu.capture import spool
+        from slurm_gpu.capture.livefile import read_live
+        from slurm_gpu.capture.spoolpaths import JobSpool
         from slurm_gpu.errors import SpoolFormatError
 
         summaries = []
@@ -326,8 +327,8 @@ class StoreAndSpoolReader:
         # sacct told us. read_live reads at most LIVE_MAX_BYTES without following links.
         for host in job.nodelist:
             try:
-                path = spool.JobSpool(self._settings.paths.spool_dir, job.job_id, host).live
-                summaries.append(clean_live(spool.read_live(path)))
+                path = JobSpool(self._settings.paths.spool_dir, job.job_id, host).live
+                summaries.append(clean_live(read_live(path)))
             except SpoolFormatError:
                 continue  # not on this host's file system, not written yet, or not ours
         if not summaries:

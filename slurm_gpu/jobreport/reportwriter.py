@@ -48,7 +48,7 @@ class ReportFile:
 
 
 def _private_group(uid: int) -> int | None:
-    from slurm_gpu.capture.spool import private_group_of
+    from slurm_gpu.capture.livefile import private_group_of
 
     return private_group_of(uid)
 

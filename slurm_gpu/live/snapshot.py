@@ -1,7 +1,7 @@
 """The samplers' live summaries on this node, read bounded and cleaned where they enter.
 
 A sampler rewrites ``<spool_dir>-live/<job>/<host>.json`` every ``LIVE_INTERVAL_S``
-(``capture.sampler``); this module lists them, reads each through ``capture.spool.read_live``
+(``capture.sampler``); this module lists them, reads each through ``capture.livefile.read_live``
 (no link followed, at most ``LIVE_MAX_BYTES``) and turns each into a typed ``LiveJob``: every
 number checked finite, every string (user, account, partition, host, GPU UUID) cleaned by
 ``textsafe`` here, once, so that the exposition and the views print them as they are.
@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from slurm_gpu.capture.spool import read_live
+from slurm_gpu.capture.livefile import read_live
 from slurm_gpu.capture.spoolpaths import live_dir_of
 from slurm_gpu.errors import SpoolFormatError
 from slurm_gpu.records import LiveGpu, LiveJob, NodeSnapshot

@@ -8,8 +8,9 @@ from pathlib import Path
 import gpueff_factory as F
 from test_sampler import FakeClock, FakeHost, FakeSource, make_opts, stop_after
 
+from slurm_gpu.capture.livefile import read_live
 from slurm_gpu.capture.sampler import Sampler
-from slurm_gpu.capture.spool import JobSpool, read_live
+from slurm_gpu.capture.spool import JobSpool
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.terminal import TerminalRenderer
 from slurm_gpu.records import Tres

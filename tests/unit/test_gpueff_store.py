@@ -11,7 +11,7 @@ import gpueff_factory as F
 import pytest
 
 from slurm_gpu.analysis.engine import analyze
-from slurm_gpu.capture import spool
+from slurm_gpu.capture import livefile, spool
 from slurm_gpu.config import parse_settings
 from slurm_gpu.jobreport import adapter
 from slurm_gpu.jobreport.readers import StoreAndSpoolReader
@@ -114,7 +114,7 @@ def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
         ],
         "host": None,
     }
-    spool.write_live(paths, summary, None)
+    livefile.write_live(paths, summary, None)
     report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
     assert report.telemetry.value == "live" and report.live_updated_s == 61.0
     (g,) = report.gpus

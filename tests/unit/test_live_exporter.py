@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from slurm_gpu.capture.livefile import read_live, write_live
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
-from slurm_gpu.capture.spool import read_live, write_live
 from slurm_gpu.hooks.common import JobEnv
 from slurm_gpu.live.exporter import MAX_REQUEST_BYTES, ExporterOptions, exposition, make_server
 from slurm_gpu.live.exposition import GPU_METRICS, JOB_METRICS

@@ -19,8 +19,8 @@ from test_live_exporter import Clock, Host, parse
 from test_live_police import HOUR, NOW, _labels, acts, of, sj, warned
 
 from slurm_gpu import doctor
+from slurm_gpu.capture.livefile import read_live
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
-from slurm_gpu.capture.spool import read_live
 from slurm_gpu.config import Settings, load_settings
 from slurm_gpu.errors import ConfigError
 from slurm_gpu.hooks.gpus import resolve_job_gpus

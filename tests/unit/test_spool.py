@@ -32,12 +32,10 @@ from slurm_gpu.capture.spool import (
     encode_record,
     list_sealed,
     read_header,
-    read_live,
     read_pidfile,
     read_record,
     read_spool,
     read_state,
-    write_live,
     write_pidfile,
     write_record,
     write_state,
@@ -428,46 +426,6 @@ def test_state_roundtrip(tmp_path: Path) -> None:
     path.write_text('{"schema": "slurm-gpu/sampler-state", "version": 7}')
     with pytest.raises(SpoolFormatError):
         read_state(str(path))
-
-
-def test_live_summary_is_the_writers_and_readable_by_the_group_given(tmp_path: Path) -> None:
-    paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
-    write_live(paths, {"gpus": []}, None)
-    st = os.stat(paths.live)
-    assert stat.S_IMODE(st.st_mode) == 0o400 and st.st_uid == os.geteuid()
-    assert stat.S_IMODE(os.stat(paths.live_job_dir).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(tmp_path / "spool-live").st_mode) == 0o711
-    # Rewriting a read-only file works (rename, not open for writing).
-    write_live(paths, {"gpus": [1]}, os.getegid())
-    st = os.stat(paths.live)
-    assert stat.S_IMODE(st.st_mode) == 0o440 and st.st_gid == os.getegid()
-    assert stat.S_IMODE(os.stat(paths.live_job_dir).st_mode) == 0o750
-    assert read_live(paths.live)["gpus"] == [1]
-
-
-def test_live_summary_rewrites_make_no_fsync_and_check_the_directories_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Rewritten at every reading at the default 10 s interval (issue 29): an fsync and the
-    # directories' checks were half of the sampler's CPU for it; the rename stays.
-    paths = JobSpool(str(tmp_path / "spool"), "42", "n1")
-    made: list[int | None] = []
-    real_make = JobSpool.create_live_dir
-    monkeypatch.setattr(
-        JobSpool, "create_live_dir", lambda self, gid: made.append(gid) or real_make(self, gid)
-    )
-    syncs: list[int] = []
-    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd))
-    write_live(paths, {"gpus": [1]}, None)
-    for k in range(3):
-        write_live(paths, {"gpus": [k]}, None, dirs_made=True)
-    assert read_live(paths.live)["gpus"] == [2]
-    assert made == [None] and syncs == []
-    # Gone (the epilog removed it): made again.
-    paths.remove_live()
-    write_live(paths, {"gpus": [9]}, None, dirs_made=True)
-    assert read_live(paths.live)["gpus"] == [9] and made == [None, None]
-    assert stat.S_IMODE(os.stat(paths.live_job_dir).st_mode) == 0o700
 
 
 def test_pidfile_roundtrip(tmp_path: Path) -> None:
