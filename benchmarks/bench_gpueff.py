@@ -183,6 +183,14 @@ def _bench(args: argparse.Namespace) -> int:
         "`python -S -c pass`": ([python, "-S", "-c", "pass"], args.user),
         "`gpueff --version`": ([*gpueff, "--version"], args.user),
         "`sacct` as gpueff calls it (no QOS), alone": (a_argv, args.user),
+        # The refused path's own peers: what another user's seff and sacct cost (sacct
+        # returns no line to them under PrivateData=jobs, so it skips the TRES table request
+        # its AllocTRES and ReqTRES fields cost the owner).
+        "`seff JOBID` as another user (refused)": (s_argv, args.other_user),
+        "`sacct` as gpueff calls it, as another user (no line returned)": (
+            a_argv,
+            args.other_user,
+        ),
     }
     if args.running_id is not None:
         from slurm_gpu.accounting.controller import SqueueView, query_delimiter
@@ -223,6 +231,11 @@ def _bench(args: argparse.Namespace) -> int:
         times["`gpueff JOBID` as another user (asks sacct)"]
     ) / statistics.median(times["`seff JOBID`"])
     print(f"median ratio gpueff (another user) / seff (owner): {other_ratio:.2f}")
+    refused_seff_s = statistics.median(times["`seff JOBID` as another user (refused)"])
+    refused_ratio = (
+        statistics.median(times["`gpueff JOBID` as another user (asks sacct)"]) / refused_seff_s
+    )
+    print(f"median ratio gpueff (another user) / seff (another user): {refused_ratio:.2f}")
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)
@@ -269,7 +282,8 @@ def _bench(args: argparse.Namespace) -> int:
             f" = {other_ratio:.2f}× seff",
             "≤ 1× seff",
             other_ratio <= 1.0,
-            peer=f"`seff` as owner {seff_s:.3f} s",
+            peer=f"`seff` as owner {seff_s:.3f} s; as {args.other_user} (refused) "
+            f"{refused_seff_s:.3f} s = {refused_ratio:.2f}×",
         )
     )
     return 0
