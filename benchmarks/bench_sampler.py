@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from slurm_gpu.capture.hostsample import CGROUP_GRACE_READINGS, AutoHostSampler
+from slurm_gpu.capture.livefile import LiveWriter, write_live
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.capture.spool import JobSpool, read_record
 from slurm_gpu.hooks.sampler import JobLifeBound
@@ -186,6 +187,49 @@ def default_cadence(tmp: Path, readings: int, pause_s: float = 0.05) -> tuple[fl
     return done["cpu"] / (readings * GPUS) * 1e6, scans / readings
 
 
+def live_writes(tmp: Path, writes: int, rounds: int = 5) -> tuple[list[float], list[float]]:
+    """CPU us per rewrite of an 8-GPU live summary, in place (``LiveWriter``, what the sampler
+    does) and by a temporary file and a rename (``write_live``, what it did before), in
+    alternating rounds of ``writes`` each: (in place, by rename), each sorted."""
+    sampler = Sampler(
+        SamplerOptions(
+            job_id="999999997",
+            hostname="bench",
+            uid=None,
+            gpu_uuids=tuple(i.uuid for i in create_gpus(tmp / "vgpu-live", GPUS)),
+            spool_dir=str(tmp / "spool-live-bench"),
+            interval_s=10.0,
+            checkpoint_interval_s=60.0,
+            idle_threshold_pct=1.0,
+            timeline_points=512,
+        ),
+        lambda: VirtualGpuSource(tmp / "vgpu-live"),
+        None,
+    )
+    sampler.open_spool()
+    sampler.read_once()
+    captured: list[dict[str, object]] = []
+    writer = LiveWriter(sampler.paths, None)
+    real_write = writer.write
+    writer.write = captured.append  # type: ignore[method-assign]
+    sampler._live = writer
+    sampler.write_live()  # the summary the sampler writes, as it builds it
+    summary = captured[0]
+    in_place: list[float] = []
+    renamed: list[float] = []
+    for _ in range(rounds):
+        t = time.process_time()
+        for _ in range(writes):
+            real_write(summary)
+        in_place.append((time.process_time() - t) / writes * 1e6)
+        t = time.process_time()
+        for _ in range(writes):
+            write_live(sampler.paths, summary, None)
+        renamed.append((time.process_time() - t) / writes * 1e6)
+    writer.close()
+    return sorted(in_place), sorted(renamed)
+
+
 def _config(tmp: Path, vdir: Path, interval: float) -> Path:
     cfg = tmp / f"bench-{interval}.toml"
     cfg.write_text(
@@ -308,6 +352,7 @@ def main() -> None:
         cadence = sorted(r[0] for r in cadence_runs)
         cadence_scans = statistics.median(r[1] for r in cadence_runs)
         real = real_process(tmp, seconds=seconds, startups=startups)
+        live_in_place, live_renamed = live_writes(tmp, 50 if args.smoke else 2000)
     load_end = os.getloadavg()[0]
     nproc = len(os.listdir("/proc"))
 
@@ -359,6 +404,14 @@ def main() -> None:
         f"| a 5-minute 8-GPU job at 10 s ({job_samples} GPU-samples): start-up + steady state "
         f"| {per_job_s * 1e3:.0f} ms CPU in all, {per_job_s / job_samples * 1e6:.0f} µs per "
         "GPU-sample | — |"
+    )
+    print(
+        f"| live summary rewrite ({GPUS} GPUs, at every reading), in place (one pwrite, what "
+        f"the sampler does), CPU per write | {us(live_in_place)} | — |"
+    )
+    print(
+        "| the same summary by a temporary file and a rename (what the sampler did before), "
+        f"alternating with the row above | {us(live_renamed)} | — |"
     )
     print(
         "| checkpoint (fsync + aggregates, every 60 s by default) | "
