@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from slurm_gpu.capture.hostsample import CGROUP_GRACE_READINGS, AutoHostSampler
-from slurm_gpu.capture.livefile import LiveWriter, write_live
+from slurm_gpu.capture.livefile import LiveWriter, read_live, write_live
 from slurm_gpu.capture.sampler import Sampler, SamplerOptions
 from slurm_gpu.capture.spool import JobSpool, read_record
 from slurm_gpu.hooks.sampler import JobLifeBound
@@ -208,19 +208,15 @@ def live_writes(tmp: Path, writes: int, rounds: int = 5) -> tuple[list[float], l
     )
     sampler.open_spool()
     sampler.read_once()
-    captured: list[dict[str, object]] = []
-    writer = LiveWriter(sampler.paths, None)
-    real_write = writer.write
-    writer.write = captured.append  # type: ignore[method-assign]
-    sampler._live = writer
     sampler.write_live()  # the summary the sampler writes, as it builds it
-    summary = captured[0]
+    summary = read_live(sampler.paths.live)
+    writer = LiveWriter(sampler.paths, None)
     in_place: list[float] = []
     renamed: list[float] = []
     for _ in range(rounds):
         t = time.process_time()
         for _ in range(writes):
-            real_write(summary)
+            writer.write(summary)
         in_place.append((time.process_time() - t) / writes * 1e6)
         t = time.process_time()
         for _ in range(writes):

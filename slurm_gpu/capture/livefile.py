@@ -108,9 +108,7 @@ class LiveWriter:
         self._size = max(self._size, len(data))
 
     def _create(self, data: bytes) -> None:
-        mode = LIVE_GROUP_MODE if self.gid is not None else LIVE_MODE
-        self.paths.create_live_dir(self.gid)
-        write_atomic(self.paths.live, data, mode=mode, gid=self.gid, sync=False)
+        _write_whole(self.paths, data, self.gid)
         # Opened by name in a directory only root writes, just after the rename: nobody
         # else can have put anything there, and a link is refused all the same.
         fd = os.open(self.paths.live, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -130,9 +128,15 @@ class LiveWriter:
 def write_live(paths: JobSpool, summary: dict[str, Any], gid: int | None) -> None:
     """Write the live summary once, whole, by a rename (``LiveWriter`` for the rewrites of a
     running sampler). Raises ``OSError``, and ``ValueError`` over ``LIVE_MAX_BYTES``."""
+    _write_whole(paths, encode_live(summary), gid)
+
+
+def _write_whole(paths: JobSpool, data: bytes, gid: int | None) -> None:
+    """Make and check the live directories, then write ``data`` by a rename: group ``gid``
+    and 0440 when given, else 0400."""
     mode = LIVE_GROUP_MODE if gid is not None else LIVE_MODE
     paths.create_live_dir(gid)
-    write_atomic(paths.live, encode_live(summary), mode=mode, gid=gid, sync=False)
+    write_atomic(paths.live, data, mode=mode, gid=gid, sync=False)
 
 
 def private_group_of(uid: int | None) -> int | None:
