@@ -32,20 +32,27 @@ DRAINER = f"{PROJECT_BIN}/slurm-gpu --config /etc/slurm-gpu/config.toml collect 
 
 def _drainers(lab: Lab) -> set[int]:
     """Root's ``slurm-gpu ... collect --queue`` interpreters chrooted into this lab's root
-    (not the ``sudo`` that starts each, nor SlurmUser's wrapper shell, nor the other lab's)."""
-    found = set()
+    (not the ``sudo`` that starts each, nor SlurmUser's wrapper shell, nor the other lab's).
+
+    A drainer runs ``sacct`` through ``subprocess``: between its fork and its exec the child
+    carries the drainer's command line, so a process whose parent is itself a drainer is that
+    fleeting child, not a second drainer, and is not counted."""
+    parents: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError, IndexError):
             if os.stat(f"/proc/{name}").st_uid != 0:
                 continue
             argv = Path(f"/proc/{name}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
             if os.path.basename(argv[0]) == b"sudo" or DRAINER.encode() not in b" ".join(argv):
                 continue
-            if os.readlink(f"/proc/{name}/root") == str(lab.root):
-                found.add(int(name))
-    return found
+            if os.readlink(f"/proc/{name}/root") != str(lab.root):
+                continue
+            # The parent pid is the second field after the parenthesised command name.
+            stat = Path(f"/proc/{name}/stat").read_text()
+            parents[int(name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return {pid for pid, parent in parents.items() if parent not in parents}
 
 
 @pytest.fixture
