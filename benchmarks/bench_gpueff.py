@@ -133,6 +133,12 @@ def main() -> int:
             subprocess.run(["scancel", running], check=False)
 
 
+#: The row of a Python interpreter that only runs gpueff's sacct (the refused path's floor).
+FLOOR = "`python -S` that only runs that `sacct`, as another user"
+#: Its program: run argv[1:] and exit with its status.
+_SPAWN = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+
+
 def _submit_running(user: str | None) -> str:
     """The id of a job of ``user``'s that sleeps on one GPU, once Slurm says it runs."""
     argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=30", "--wrap=sleep 1500"]
@@ -191,6 +197,9 @@ def _bench(args: argparse.Namespace) -> int:
             a_argv,
             args.other_user,
         ),
+        # The least any Python tool that asks accounting once can cost the refused user: an
+        # interpreter without site-packages that starts that sacct and exits.
+        FLOOR: ([python, "-S", "-c", _SPAWN, *a_argv], args.other_user),
     }
     if args.running_id is not None:
         from slurm_gpu.accounting.controller import SqueueView, query_delimiter
@@ -236,6 +245,8 @@ def _bench(args: argparse.Namespace) -> int:
         statistics.median(times["`gpueff JOBID` as another user (asks sacct)"]) / refused_seff_s
     )
     print(f"median ratio gpueff (another user) / seff (another user): {refused_ratio:.2f}")
+    floor_ratio = statistics.median(times[FLOOR]) / refused_seff_s
+    print(f"median ratio {FLOOR} / seff (another user): {floor_ratio:.2f}")
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)
@@ -283,7 +294,8 @@ def _bench(args: argparse.Namespace) -> int:
             "≤ 1× seff",
             other_ratio <= 1.0,
             peer=f"`seff` as owner {seff_s:.3f} s; as {args.other_user} (refused) "
-            f"{refused_seff_s:.3f} s = {refused_ratio:.2f}×",
+            f"{refused_seff_s:.3f} s = {refused_ratio:.2f}×; a bare Python that only runs "
+            f"that sacct {floor_ratio:.2f}×",
         )
     )
     return 0

@@ -35,20 +35,25 @@ TASKS = 12
 
 def _drainers() -> set[int]:
     """The pids of running drainers: root's ``slurm-gpu ... collect --queue`` interpreters
-    (not the ``sudo`` that starts each, also root's, nor SlurmUser's wrapper shell)."""
+    (not the ``sudo`` that starts each, also root's, nor SlurmUser's wrapper shell).
+
+    Between its fork and its exec, the child a drainer starts ``sacct`` in carries the
+    drainer's command line: a match whose parent is itself a match is that child."""
     out = subprocess.run(
         ["pgrep", "-u", "root", "-f", "slurm-gpu --config .* collect --queue"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.split()
-    pids = set()
+    parents: dict[int, int] = {}
     for p in out:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError, IndexError):
             argv0 = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0", 1)[0]
             if os.path.basename(argv0) != b"sudo":
-                pids.add(int(p))
-    return pids
+                # The parent pid follows the state, after the parenthesised command name.
+                stat = Path(f"/proc/{p}/stat").read_text()
+                parents[int(p)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return {pid for pid, parent in parents.items() if parent not in parents}
 
 
 @pytest.fixture
