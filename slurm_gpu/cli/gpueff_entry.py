@@ -18,11 +18,12 @@ not exist, reusing the answer already asked.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from slurm_gpu.config import Settings
@@ -177,6 +178,21 @@ class NotFound:
     error: SlurmGpuError
 
 
+def _leave(code: int) -> NoReturn:
+    """End the process with ``code`` once what was written has reached its files (130 when
+    the reader of standard output is gone). The interpreter's teardown is skipped: freeing
+    every module the report imported costs about 14 ms on the test cluster's VM, an eighth of
+    the fast path, and a finished command gains nothing from it. Nothing is left to do: the
+    early question's thread has answered, and this path opens no file for writing."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 130
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
     """Console-script entry point."""
     started: list[Any] = []
@@ -192,7 +208,8 @@ def main() -> None:
         sys.stdout.write(out)
         sys.stdout.flush()
     except BrokenPipeError:
-        sys.exit(130)
+        _leave(130)
     if error is not None:
         sys.stderr.write(error.lines("gpueff"))  # as ``guard.fail`` prints it
-        sys.exit(error.exit_code)
+        _leave(error.exit_code)
+    _leave(0)

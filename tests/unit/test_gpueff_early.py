@@ -119,7 +119,10 @@ def _probe(
         "    seen.append('slurm_gpu.jobreport.output' in sys.modules)\n"
         "    return real_start(settings, ids)\n"
         "early.start = start\n"
+        "from slurm_gpu.cli import gpueff_entry\n"
         "from slurm_gpu.cli.gpueff_entry import main\n"
+        # The entry leaves with os._exit; the probe needs the code and to go on.
+        "gpueff_entry._leave = sys.exit\n"
         f"sys.argv = ['gpueff', '--config', {str(cfg)!r}, {job!r}]\n"
         "code = 0\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"

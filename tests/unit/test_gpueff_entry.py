@@ -101,3 +101,75 @@ def fast_path_imports(config: Path, ids: list[str], modules: tuple[str, ...]) ->
 def test_the_entry_does_not_import_click_on_the_fast_path(stored: Path) -> None:
     heavy = ("click", "sqlalchemy", "pandas")
     assert fast_path_imports(stored / "config.toml", ["1001"], heavy) == []
+
+
+def _entry(config: Path, ids: list[str], *, close_stdout: bool = False) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the console script's ``main`` for sgtest1's ``ids`` in a
+    fresh interpreter that registered an exit handler (it prints ``TEARDOWN`` when the
+    interpreter is torn down). With ``close_stdout`` the reader closes its end of the pipe
+    before the report is written."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, os, sys, time\n"
+        "atexit.register(lambda: os.write(2, b'TEARDOWN'))\n"
+        "from slurm_gpu.cli import gpueff_entry\n"
+        f"os.getuid = lambda: {SGTEST1}\n"
+        f"sys.argv = ['gpueff', *{ids!r}]\n"
+        f"if {close_stdout!r}:\n"
+        "    time.sleep(0.5)\n"  # the parent has closed its end by then
+        "gpueff_entry.main()\n"
+    )
+    env = {**os.environ, "SLURM_GPU_CONFIG": str(config), "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    if close_stdout:
+        proc.stdout.close()
+        out = b""
+    else:
+        out = proc.stdout.read()
+    err = proc.stderr.read()
+    return proc.wait(timeout=60), out.decode(), err.decode()
+
+
+def test_the_console_script_leaves_without_the_interpreters_teardown(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tearing down the interpreter (freeing every module the report imported) costs the
+    # fast path about an eighth of its wall time and gives a finished command nothing.
+    as_uid(monkeypatch, SGTEST1)
+    expected = gpueff_entry.fast_path(["1001"])
+    assert isinstance(expected, str)
+    code, out, err = _entry(stored / "config.toml", ["1001"])
+    assert (code, out, err) == (0, expected, "")
+
+
+def test_an_id_not_returned_exits_4_with_its_lines_and_no_teardown(
+    stored: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # sgtest1 asks for a job accounting does not return: the refusal is printed by the entry.
+    sacct = tmp_path / "sacct"
+    sacct.write_text("#!/bin/sh\nexit 0\n")
+    sacct.chmod(0o755)
+    squeue = tmp_path / "squeue"
+    squeue.write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
+    )
+    squeue.chmod(0o755)
+    config = stored / "config.toml"
+    config.write_text(config.read_text() + f'[accounting]\nsacct_path = "{sacct}"\n')
+    code, out, err = _entry(config, ["424242"])
+    assert code == 4 and out == ""
+    assert err.startswith("gpueff: job 424242 not found\nhint: ") and "TEARDOWN" not in err
+
+
+def test_a_reader_gone_before_the_report_gets_exit_130_and_no_noise(stored: Path) -> None:
+    code, _, err = _entry(stored / "config.toml", ["1001"], close_stdout=True)
+    assert (code, err) == (130, "")
