@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TC_ROOT = Path("/var/lib/slurm-gpu-testcluster")
 PG_RUN = "/var/lib/slurm-gpu-testpg/run"
-PG_PORT = "55432"
+PG_PORT = "15432"
 DB = "sgbench"
 VENV_BIN = Path(sys.executable).parent
 

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "share" / "demo"
 JOB_NAME = "pgvis-secret-name"
 PG_RUN = "/var/lib/slurm-gpu-testpg/run"
-PG_PORT = "55432"
+PG_PORT = "15432"
 
 
 def _psql_bin() -> str:

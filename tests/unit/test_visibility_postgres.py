@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 _RUN_DIR = "/var/lib/slurm-gpu-testpg/run"
-_PORT = "55432"
+_PORT = "15432"
 
 
 def _superuser(sql: str) -> None:
