@@ -139,6 +139,16 @@ FLOOR = "`python -S` that only runs that `sacct`, as another user"
 _SPAWN = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 
 
+#: The rows of the interpreter's teardown that the console script skips.
+TEARDOWN = "`python` importing a running job's report modules, then exiting"
+NO_TEARDOWN = "the same, ending with `os._exit` (what gpueff's console script does)"
+#: Those modules (what ``gpueff`` imports for a running job's report).
+_REPORT_IMPORTS = (
+    "import slurm_gpu.config, slurm_gpu.jobreport.early, slurm_gpu.jobreport.output, "
+    "slurm_gpu.jobreport.service, slurm_gpu.jobreport.terminal, slurm_gpu.jobreport.readers"
+)
+
+
 def _submit_running(user: str | None) -> str:
     """The id of a job of ``user``'s that sleeps on one GPU, once Slurm says it runs."""
     argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=30", "--wrap=sleep 1500"]
@@ -200,6 +210,10 @@ def _bench(args: argparse.Namespace) -> int:
         # The least any Python tool that asks accounting once can cost the refused user: an
         # interpreter without site-packages that starts that sacct and exits.
         FLOOR: ([python, "-S", "-c", _SPAWN, *a_argv], args.other_user),
+        # What the console script's exit skips: an interpreter importing the modules a
+        # running job's report imports, ended normally and by ``os._exit``.
+        TEARDOWN: ([python, "-c", _REPORT_IMPORTS], args.user),
+        NO_TEARDOWN: ([python, "-c", _REPORT_IMPORTS + "; import os; os._exit(0)"], args.user),
     }
     if args.running_id is not None:
         from slurm_gpu.accounting.controller import SqueueView, query_delimiter
@@ -247,6 +261,11 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"median ratio gpueff (another user) / seff (another user): {refused_ratio:.2f}")
     floor_ratio = statistics.median(times[FLOOR]) / refused_seff_s
     print(f"median ratio {FLOOR} / seff (another user): {floor_ratio:.2f}")
+    teardown_s = statistics.median(times[TEARDOWN]) - statistics.median(times[NO_TEARDOWN])
+    print(
+        f"the interpreter's teardown after the report's imports (median difference): "
+        f"{teardown_s * 1e3:.0f} ms"
+    )
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)
