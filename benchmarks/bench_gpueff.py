@@ -232,6 +232,7 @@ def _bench(args: argparse.Namespace) -> int:
         rows[g_name] = ([*gpueff, extra], args.user)
         rows[s_name] = (["perl", args.seff, extra], args.user)
         pairs.append((g_name, s_name))
+    load_start = os.getloadavg()[0]
     times: dict[str, list[float]] = {name: [] for name in rows}
     cpus: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.runs):
@@ -239,7 +240,10 @@ def _bench(args: argparse.Namespace) -> int:
             wall, _, cpu = _timed(argv, user)
             times[name].append(wall)
             cpus[name].append(cpu)
-    print(f"job {args.job}, {args.runs} runs each, alternating")
+    print(
+        f"job {args.job}, {args.runs} runs each, alternating; load average (1 min) "
+        f"{load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
     print("| command | wall s (min / median / max) | CPU s (median) |")
     print("|---|---|---|")
     for name, values in times.items():
