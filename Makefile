@@ -70,10 +70,11 @@ $(STAMP): setup.cfg pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	touch $@
 
-# Bytecode for every module first: the cluster's users (sgtest1, sgtest2) cannot write
-# slurm_gpu/__pycache__, so a module root never imported would be compiled at each of their runs.
+# Bytecode and the records' generated methods for every module first: the cluster's users
+# (sgtest1, sgtest2) cannot write slurm_gpu/__pycache__, so what root never compiled there would
+# be compiled at each of their runs.
 cluster-up: venv
-	$(VENV)/bin/python -m compileall -q slurm_gpu
+	$(VENV)/bin/python -m slurm_gpu.precompile
 	$(SUDO) env VENV="$(abspath $(VENV))" share/testcluster/start
 
 cluster-down:

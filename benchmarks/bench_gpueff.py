@@ -30,6 +30,7 @@ every run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
@@ -133,6 +135,10 @@ def main() -> int:
             subprocess.run(["scancel", running], check=False)
 
 
+#: The rows of gpueff run with the generated methods' tables renamed aside.
+UNTABLED = "`gpueff JOBID` without the method tables"
+UNTABLED_OWNER = f"{UNTABLED} (owner: from the store)"
+UNTABLED_OTHER = f"{UNTABLED} as another user (asks sacct)"
 #: The row of a Python interpreter that only runs gpueff's sacct (the refused path's floor).
 FLOOR = "`python -S` that only runs that `sacct`, as another user"
 #: Its program: run argv[1:] and exit with its status.
@@ -168,9 +174,23 @@ def _submit_running(user: str | None) -> str:
     raise SystemExit(f"job {job_id} did not start within 120 s")
 
 
+@contextlib.contextmanager
+def _tables_hidden(repo: Path) -> Iterator[None]:
+    """The generated methods' tables (``slurm_gpu.methodcache``) renamed aside for a while:
+    gpueff then runs as it did before them, on the same files."""
+    tables = sorted((repo / "slurm_gpu").rglob("__pycache__/*.methods"))
+    for table in tables:
+        table.rename(table.with_name(table.name + ".hidden"))
+    try:
+        yield
+    finally:
+        for table in tables:
+            table.with_name(table.name + ".hidden").rename(table)
+
+
 def _bench(args: argparse.Namespace) -> int:
     repo = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(repo / "slurm_gpu")], check=True)
+    subprocess.run([sys.executable, "-m", "slurm_gpu.precompile"], check=True, cwd=repo)
     gpueff = [str(VENV_BIN / "gpueff")]
     if args.config:
         gpueff += ["--config", args.config]
@@ -214,7 +234,14 @@ def _bench(args: argparse.Namespace) -> int:
         # running job's report imports, ended normally and by ``os._exit``.
         TEARDOWN: ([python, "-c", _REPORT_IMPORTS], args.user),
         NO_TEARDOWN: ([python, "-c", _REPORT_IMPORTS + "; import os; os._exit(0)"], args.user),
+        # The same console script on a copy of the package without the method tables.
+        UNTABLED_OWNER: (g_argv, args.user),
+        UNTABLED_OTHER: (g_argv, args.other_user),
     }
+    untabled_pairs = [
+        ("`gpueff JOBID` (owner: from the store)", UNTABLED_OWNER),
+        ("`gpueff JOBID` as another user (asks sacct)", UNTABLED_OTHER),
+    ]
     if args.running_id is not None:
         from slurm_gpu.accounting.controller import SqueueView, query_delimiter
 
@@ -231,13 +258,17 @@ def _bench(args: argparse.Namespace) -> int:
         s_name = f"`seff JOBID` (job {extra})"
         rows[g_name] = ([*gpueff, extra], args.user)
         rows[s_name] = (["perl", args.seff, extra], args.user)
+        rows[f"{UNTABLED} (owner, job {extra})"] = ([*gpueff, extra], args.user)
+        untabled_pairs.append((g_name, f"{UNTABLED} (owner, job {extra})"))
         pairs.append((g_name, s_name))
     load_start = os.getloadavg()[0]
     times: dict[str, list[float]] = {name: [] for name in rows}
     cpus: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.runs):
         for name, (argv, user) in rows.items():
-            wall, _, cpu = _timed(argv, user)
+            hidden = name.startswith(UNTABLED)
+            with _tables_hidden(repo) if hidden else contextlib.nullcontext():
+                wall, _, cpu = _timed(argv, user)
             times[name].append(wall)
             cpus[name].append(cpu)
     print(
@@ -265,6 +296,11 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"median ratio gpueff (another user) / seff (another user): {refused_ratio:.2f}")
     floor_ratio = statistics.median(times[FLOOR]) / refused_seff_s
     print(f"median ratio {FLOOR} / seff (another user): {floor_ratio:.2f}")
+    for with_name, without_name in untabled_pairs:
+        print(
+            f"method tables, {with_name}: {statistics.median(times[with_name]):.3f} s with, "
+            f"{statistics.median(times[without_name]):.3f} s without (median)"
+        )
     teardown_s = statistics.median(times[TEARDOWN]) - statistics.median(times[NO_TEARDOWN])
     print(
         f"the interpreter's teardown after the report's imports (median difference): "

@@ -50,6 +50,10 @@ def test_the_wheel_installs_into_a_fresh_virtualenv_and_runs(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SLURM_GPU_CONFIG")}
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
+    # Then, as the README says: DIR/bin/python -m slurm_gpu.precompile
+    pre = _run([str(venv / "bin" / "python"), "-m", "slurm_gpu.precompile"], cwd=elsewhere, env=env)
+    assert pre.returncode == 0 and "modules kept" in pre.stdout, pre.stderr
+    assert list(venv.glob("lib/python3*/site-packages/slurm_gpu/__pycache__/records.*.methods"))
     for command in ("gpueff", "slurm-gpu"):
         res = _run([str(venv / "bin" / command), "--help"], cwd=elsewhere, env=env)
         assert res.returncode == 0, res.stderr
