@@ -207,6 +207,25 @@ def run_smoke(
     )
 
 
+#: The machine's pace: a fixed piece of pure Python, timed before each benchmark. Python-heavy
+#: figures (gpueff, the sampler, the collector) scale with it; a peer that mostly waits (seff,
+#: whose time is mostly slurmdbd's) does not, so the ratios of two days compare only at a
+#: similar pace.
+PACE_LOOP = 1_000_000
+
+
+def pace_ms() -> float:
+    """Milliseconds of CPU for ``PACE_LOOP`` additions in a loop, the fastest of 3 tries."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.process_time()
+        total = 0
+        for i in range(PACE_LOOP):
+            total += i
+        best = min(best, time.process_time() - t0)
+    return round(best * 1e3, 1)
+
+
 def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
     """Run one benchmark and append its result line to ``out``; its exit status."""
     script = Path(argv[-1]).name
@@ -216,6 +235,7 @@ def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
             extra = smoke_argv(script, tmp, tc_root) if script in SMOKE_ARGS else []
         else:
             extra = full_argv(script, tmp, tc_root)
+        pace = pace_ms()
         started = datetime.now(UTC)
         load_before = _loadavg()
         t0 = time.perf_counter()
@@ -238,6 +258,7 @@ def record(out: Path, argv: list[str], timeout_s: float, smoke: bool) -> int:
         "machine": machine(),
         "load_before": load_before,
         "load_after": _loadavg(),
+        "pace_ms": pace,
         "stdout": stdout,
         "stderr_tail": stderr[-2000:],
     }
@@ -293,6 +314,14 @@ def render(path: Path) -> str:
         + (" (tiny sizes: a check that each runs, not a measure)." if rows[0]["smoke"] else "."),
         "",
     ]
+    paces = [r["pace_ms"] for r in rows if isinstance(r.get("pace_ms"), int | float)]
+    if paces:
+        parts += [
+            f"Pace of the machine: {PACE_LOOP:,} additions in a Python loop took "
+            f"{min(paces):.0f}–{max(paces):.0f} ms of CPU before the benchmarks (faster is "
+            "lower; Python-heavy figures scale with it, `seff`'s mostly waits).",
+            "",
+        ]
     if rerun:
         again = ", ".join(f"`{r['bench']}` at {r['started_utc'][11:19]}" for r in rerun)
         parts += [f"Run again into the same results file, replacing their first rows: {again}.", ""]

@@ -102,8 +102,10 @@ def test_results_render_machine_load_and_each_section(tmp_path: Path) -> None:
     }
     failed = {**row, "bench": "bench_y.py", "rc": 124, "stdout": "", "stderr_tail": "timed out"}
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+    path.write_text(json.dumps({**row, "pace_ms": 61.2}) + "\n" + json.dumps(failed) + "\n")
     text = render(path)
+    # The machine's pace where the rows have it (older results files do not).
+    assert "1,000,000 additions in a Python loop took 61–61 ms of CPU" in text
     assert "kernel 6.1.0-test, 2 cores (nproc)" in text
     assert "2026-11-29T01:00:00+00:00 UTC" in text
     assert "0.50–1.50" in text
