@@ -26,15 +26,17 @@ library only.
 
 from __future__ import annotations
 
+import _thread
 import builtins
-import contextlib
 import marshal
 import os
 import stat
 import sys
-import threading
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Modules whose generated methods are looked up: this package's.
 PREFIX = "slurm_gpu."
@@ -45,7 +47,7 @@ _HEAD = b"slurm-gpu methods\n"
 
 _real_exec = builtins.exec
 _tables: dict[str, dict[str, CodeType]] = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # not threading: the hooks need not import it
 _counts = {"hits": 0, "misses": 0}
 #: While ``build`` runs: every module's generated sources and their code, found or compiled.
 _recorded: dict[str, dict[str, CodeType]] | None = None
@@ -164,6 +166,8 @@ def counts() -> tuple[int, int]:
 def _write_table(path: str, table: dict[str, CodeType]) -> None:
     """Write ``table`` to ``path`` by a new file renamed over it (readers see the old or the
     new table whole), in a ``__pycache__`` that this account owns (made when missing)."""
+    import contextlib
+
     directory = os.path.dirname(path)
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o755)
@@ -204,7 +208,7 @@ def build(package: str = "slurm_gpu") -> tuple[int, int]:
             continue  # a program, not a module: importing it could run it
         try:
             importlib.import_module(info.name)
-        except Exception:  # an optional dependency missing: that module has no table
+        except (Exception, SystemExit):  # an optional dependency missing: no table for it
             continue
     recorded, _recorded = _recorded, None
     files = {name: m.__file__ for name, m in sys.modules.items() if name in recorded}

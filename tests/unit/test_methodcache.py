@@ -72,6 +72,21 @@ def _build(tree: Path) -> str:
     return out.stdout
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package with its tables written, once for the module's tests."""
+    tree = _copy_package(tmp_path_factory.mktemp("built"))
+    _build(tree)
+    return tree
+
+
+def _copy_built(built: Path, tmp: Path) -> Path:
+    """A copy of ``built``, tables included, that one test may spoil."""
+    dest = tmp / "tree"
+    shutil.copytree(built, dest, symlinks=True)
+    return dest
+
+
 def _records_table(tree: Path) -> Path:
     return Path(methodcache.table_path(str(tree / "slurm_gpu" / "records.py")))
 
@@ -98,9 +113,10 @@ def test_built_tables_answer_every_generated_method_and_the_classes_behave_the_s
     assert mode == 0o644
 
 
-def test_a_changed_class_is_compiled_again_and_the_rest_still_found(tmp_path: Path) -> None:
-    tree = _copy_package(tmp_path)
-    _build(tree)
+def test_a_changed_class_is_compiled_again_and_the_rest_still_found(
+    built: Path, tmp_path: Path
+) -> None:
+    tree = _copy_built(built, tmp_path)
     whole = _run(tree)["hits"]
     records = tree / "slurm_gpu" / "records.py"
     text = records.read_text(encoding="utf-8")
@@ -119,9 +135,8 @@ def test_a_changed_class_is_compiled_again_and_the_rest_still_found(tmp_path: Pa
 
 
 @pytest.mark.parametrize("spoil", ["garbage", "truncated", "other_magic", "group_writable", "link"])
-def test_a_table_not_to_be_trusted_is_ignored(tmp_path: Path, spoil: str) -> None:
-    tree = _copy_package(tmp_path)
-    _build(tree)
+def test_a_table_not_to_be_trusted_is_ignored(built: Path, tmp_path: Path, spoil: str) -> None:
+    tree = _copy_built(built, tmp_path)
     table = _records_table(tree)
     data = table.read_bytes()
     if spoil == "garbage":
@@ -144,17 +159,15 @@ def test_a_table_not_to_be_trusted_is_ignored(tmp_path: Path, spoil: str) -> Non
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
-def test_a_table_owned_by_another_account_is_ignored(tmp_path: Path) -> None:
-    tree = _copy_package(tmp_path)
-    _build(tree)
+def test_a_table_owned_by_another_account_is_ignored(built: Path, tmp_path: Path) -> None:
+    tree = _copy_built(built, tmp_path)
     os.chown(_records_table(tree), 65534, 65534)
     got = _run(tree)
     assert int(str(got["misses"])) > 20
 
 
-def test_other_packages_dataclasses_are_not_looked_up(tmp_path: Path) -> None:
-    tree = _copy_package(tmp_path)
-    _build(tree)
+def test_other_packages_dataclasses_are_not_looked_up(built: Path) -> None:
+    tree = built
     code = (
         "import json, dataclasses, slurm_gpu\n"
         "from slurm_gpu import methodcache\n"
