@@ -8,8 +8,9 @@
 
 Each line of the file is one benchmark run: its script and arguments, exit status, wall time
 (s), the UTC start, the machine (``nproc``, ``uname -r``, OS, memory, GPU, Python), the load
-averages from ``/proc/loadavg`` before and after, and what it printed (its Markdown section).
-``render`` prints a heading naming the machine, date and load, then each benchmark's section
+averages from ``/proc/loadavg`` before and after, the machine's pace (``pace_ms``), and what it
+printed (its Markdown section). ``render`` prints a heading naming the machine, date, load and
+pace, then each benchmark's section
 (or, for one that failed, its exit status and last error line). ``SMOKE_ARGS`` are the tiny
 sizes, shared with ``tests/unit/test_benchmarks_smoke.py``.
 """
