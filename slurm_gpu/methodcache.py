@@ -165,15 +165,21 @@ def counts() -> tuple[int, int]:
 
 def _write_table(path: str, table: dict[str, CodeType]) -> None:
     """Write ``table`` to ``path`` by a new file renamed over it (readers see the old or the
-    new table whole), in a ``__pycache__`` that this account owns (made when missing)."""
+    new table whole), in a ``__pycache__`` that only this account can write (made when
+    missing)."""
     import contextlib
 
     directory = os.path.dirname(path)
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o755)
     st = os.lstat(directory)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise PermissionError(f"{directory} is not a directory of this account")
+    if (
+        not stat.S_ISDIR(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        # Another account could swap the name between the check and the rename.
+        raise PermissionError(f"{directory} is not a directory only this account can write")
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:

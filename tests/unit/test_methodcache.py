@@ -179,3 +179,24 @@ def test_other_packages_dataclasses_are_not_looked_up(built: Path) -> None:
     )
     got = _run(tree, code)
     assert got == {"hits": 0, "misses": 0, "ok": True}
+
+
+def test_precompile_refuses_a_pycache_others_can_write(tmp_path: Path) -> None:
+    tree = _copy_package(tmp_path)
+    cache = tree / "slurm_gpu" / "__pycache__"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(tree)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_gpu.precompile"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 1
+    assert "only this account can write" in res.stderr and "hint:" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not list(cache.glob("*.methods"))
