@@ -22,9 +22,11 @@ the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --ve
 the sacct processes each run starts (``strace``, when installed) and lists the heavy modules it
 imports.
 
-The package's byte code is compiled first (as root): an ordinary user cannot write
-``__pycache__`` in a root-owned checkout, and would otherwise compile every changed module on
-every run.
+The package's byte code and its records' generated methods are compiled first (as root,
+``python -m slurm_gpu.precompile``): an ordinary user cannot write ``__pycache__`` in a
+root-owned checkout, and would otherwise compile them on every run. Each ``gpueff`` form is
+also timed with those methods' tables renamed aside (``slurm_gpu.methodcache``), alternating
+with the other rows: the same command as it ran before them.
 """
 
 from __future__ import annotations
@@ -234,7 +236,7 @@ def _bench(args: argparse.Namespace) -> int:
         # running job's report imports, ended normally and by ``os._exit``.
         TEARDOWN: ([python, "-c", _REPORT_IMPORTS], args.user),
         NO_TEARDOWN: ([python, "-c", _REPORT_IMPORTS + "; import os; os._exit(0)"], args.user),
-        # The same console script on a copy of the package without the method tables.
+        # The same console script with the method tables renamed aside (as before them).
         UNTABLED_OWNER: (g_argv, args.user),
         UNTABLED_OTHER: (g_argv, args.other_user),
     }
