@@ -78,6 +78,8 @@ def queue() -> Iterator[Path]:
 def _stored(job_ids: list[str]) -> set[str]:
     settings = load_settings(str(slurmtools.slurm_gpu_config_path()))
     db = settings.store_url.removeprefix("sqlite:///")
+    if not os.path.exists(db):
+        return set()  # a cluster started anew: the first drainer has not created the store yet
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         marks = ",".join("?" * len(job_ids))
         rows = conn.execute(f"SELECT job_id FROM jobs WHERE job_id IN ({marks})", job_ids)

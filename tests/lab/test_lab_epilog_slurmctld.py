@@ -85,6 +85,8 @@ def queue(lab: Lab) -> Iterator[Path]:
 
 def _stored(lab: Lab, job_ids: list[str]) -> set[str]:
     db = lab.root / "var" / "lib" / "slurm-gpu" / "slurm-gpu.db"
+    if not db.exists():
+        return set()  # a lab built anew: the first drainer has not created the store yet
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         marks = ",".join("?" * len(job_ids))
         rows = conn.execute(f"SELECT job_id FROM jobs WHERE job_id IN ({marks})", job_ids)
