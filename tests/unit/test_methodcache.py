@@ -49,27 +49,22 @@ def _copy_package(tmp: Path) -> Path:
     return dest
 
 
-def _run(tree: Path, code: str = PROBE) -> dict[str, object]:
+def _python(tree: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """This interpreter on ``args`` with ``tree`` as the only package path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(tree)
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
+    return subprocess.run(
+        [sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, check=check
     )
+
+
+def _run(tree: Path, code: str = PROBE) -> dict[str, object]:
+    out = _python(tree, "-c", code)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def _build(tree: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = str(tree)
-    out = subprocess.run(
-        [sys.executable, "-m", "slurm_gpu.precompile"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout
+    return _python(tree, "-m", "slurm_gpu.precompile").stdout
 
 
 @pytest.fixture(scope="module")
@@ -186,16 +181,7 @@ def test_precompile_refuses_a_pycache_others_can_write(tmp_path: Path) -> None:
     cache = tree / "slurm_gpu" / "__pycache__"
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = str(tree)
-    res = subprocess.run(
-        [sys.executable, "-m", "slurm_gpu.precompile"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    res = _python(tree, "-m", "slurm_gpu.precompile", check=False)
     assert res.returncode == 1
     assert "only this account can write" in res.stderr and "hint:" in res.stderr
     assert "Traceback" not in res.stderr
