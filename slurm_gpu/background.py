@@ -30,6 +30,11 @@ class InBackground(Generic[T]):
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
 
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the call has ended, waiting at most ``timeout_s`` seconds for it."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
     def result(self) -> T:
         """The call's answer, once it has one; its exception, raised here."""
         self._thread.join()

@@ -16,6 +16,11 @@ With ``controller_first`` (``gpueff``, the job page), the controller is asked fi
 shows running is answered from it alone, without ``sacct`` (about 7 ms against 0.2 s on the test
 cluster, and no slurmdbd round trip); anything else (an ended job, a whole array, a job the
 controller does not show) is asked of accounting as before, with the controller's answer reused.
+With ``hedge_s`` as well, a controller silent for that long (stopped, hung, failing over:
+``squeue`` retries its connection for about 18 s before it gives up) is not waited for:
+accounting is asked at once, its answer taken for the jobs it shows started, and the
+controller given ``hedge_s`` more for the others (its answer then taken as above); only when
+accounting fails is the controller, the one source left, waited for to the end.
 
 ``squeue --Format`` is asked for the job's name (text its owner chose) and otherwise only for
 fields no user can type (ids, state, node list, times, user, account, partition, CPUs, TRES,
@@ -42,6 +47,7 @@ from slurm_gpu.accounting.sacct import _epoch, _opt_int, parse_duration
 from slurm_gpu.accounting.sacct import _opt_str as _opt
 from slurm_gpu.accounting.tres import parse_tres
 from slurm_gpu.accounting.usertext import JOB_NAME_MAX_LEN
+from slurm_gpu.background import InBackground
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord, Tres
 from slurm_gpu.textsafe import clean_user_text
@@ -301,7 +307,9 @@ class ControllerCorrected:
     """An ``AccountingSource`` whose answers for live jobs accounting has not seen start
     come from the controller (module docstring). Asks ``squeue`` only for the ids accounting
     answered with no started job (or, when accounting cannot be asked, for all of them); with
-    ``controller_first``, asks it first, and accounting only for what it cannot answer alone."""
+    ``controller_first``, asks it first, and accounting only for what it cannot answer alone;
+    with ``hedge_s`` too, asks accounting as well once the controller has been silent that many
+    seconds (module docstring)."""
 
     def __init__(
         self,
@@ -309,11 +317,13 @@ class ControllerCorrected:
         view: SqueueView,
         *,
         controller_first: bool = False,
+        hedge_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._source = source
         self._view = view
         self._first = controller_first
+        self._hedge_s = hedge_s
         self._clock = clock
         self.name: str = source.name
 
@@ -321,17 +331,25 @@ class ControllerCorrected:
         """See ``AccountingSource.get_jobs``. When accounting cannot be asked, the controller
         answers if it shows every id running; otherwise accounting's error is raised."""
         asked: list[LiveJob] | None = None
+        silent: InBackground[list[LiveJob]] | None = None  # the controller, still asked
         if self._first and job_ids:
-            try:
-                asked = self._live(job_ids)
-            except AccountingError:
-                asked = None  # accounting alone, as without the controller
+            if self._hedge_s is None:
+                asked = _answer(lambda: self._live(job_ids))
+            else:
+                pending = InBackground(lambda: self._live(job_ids), name="squeue")
+                if pending.wait(self._hedge_s):
+                    asked = _answer(pending.result)
+                else:
+                    silent = pending
             if asked is not None and all(_alone(q, asked) for q in job_ids):
                 now_s = self._clock()
                 return {j.job_id: corrected(None, j, now_s) for j in asked}
         try:
             found = self._source.get_jobs(job_ids)
         except AccountingError as error:
+            if silent is not None:
+                # Accounting failed: the controller is the one source left, and is waited for.
+                asked, silent = _answer(silent.result), None
             live = asked if asked is not None else self._second_opinion(job_ids)
             if not job_ids or not all(any(_answers(q, j) for j in live) for q in job_ids):
                 raise error from None  # accounting's error, not the controller's
@@ -339,6 +357,10 @@ class ControllerCorrected:
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
             return found
+        if silent is not None:
+            # Still silent after ``hedge_s`` more: accounting's answer stands, as when the
+            # controller cannot be asked.
+            asked = (_answer(silent.result) or []) if silent.wait(self._hedge_s or 0.0) else []
         if asked is not None:
             live = [j for j in asked if any(_answers(q, j) for q in unsure)]
         else:
@@ -367,6 +389,15 @@ class ControllerCorrected:
             return self._live(queries)
         except AccountingError:
             return []
+
+
+def _answer(ask: Callable[[], list[LiveJob]]) -> list[LiveJob] | None:
+    """The controller's answer, or ``None`` when it could not be asked (accounting alone then
+    answers, as without the controller)."""
+    try:
+        return ask()
+    except AccountingError:
+        return None
 
 
 def _started(typed: str, found: Mapping[str, JobRecord]) -> bool:

@@ -10,9 +10,11 @@ the real ``squeue`` with slurmdbd stopped) only for the ids accounting did not s
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -304,3 +306,106 @@ def test_without_slurms_run_time_elapsed_counts_from_the_start() -> None:
     runner = Runner(_line("236", "236", "RUNNING", used="N/A"))
     job = _corrected(_source(_placeholder("236")), runner).get_jobs(["236"])["236"]
     assert job.elapsed_s == int(NOW - 1795964806)
+
+
+# A controller that does not answer: seen from outside, ``gpueff`` on a running job took 18 s
+# with slurmctld stopped (``squeue`` retries its connection that long) and 20 s with it hung,
+# though accounting answered at once. With ``hedge_s``, accounting is asked too once the
+# controller has been silent that long.
+
+
+class SilentRunner(Runner):
+    """A controller that answers only once ``release`` is set (stopped, hung, restarting)."""
+
+    def __init__(self, stdout: str = "") -> None:
+        super().__init__(stdout)
+        self.release = threading.Event()
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        max_stdout: int | None = None,
+    ) -> CommandResult:
+        # Bounded, so that a caller that waited for this answer fails here instead of hanging.
+        if not self.release.wait(10):
+            raise AssertionError("the controller was waited for")
+        return super().__call__(argv, env=env, timeout_s=timeout_s, max_stdout=max_stdout)
+
+
+class ReleasingAccounting(FakeAccounting):
+    """Accounting that lets the silent controller answer once it has answered itself."""
+
+    def __init__(self, runner: SilentRunner, *jobs: object) -> None:
+        super().__init__({j.job_id: j for j in jobs})  # type: ignore[attr-defined]
+        self.runner = runner
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
+        try:
+            return super().get_jobs(job_ids)
+        finally:
+            self.runner.release.set()
+
+
+def _hedged(acc: FakeAccounting, runner: Runner, hedge_s: float = 0.05) -> ControllerCorrected:
+    return ControllerCorrected(
+        acc, SqueueView(runner=runner), controller_first=True, hedge_s=hedge_s, clock=lambda: NOW
+    )
+
+
+def test_a_silent_controller_leaves_jobs_accounting_shows_started_to_accounting() -> None:
+    running = make_job("236", state="RUNNING", end_s=None)
+    ended = make_job("12")
+    runner = SilentRunner(_line("236", "236", "RUNNING"))
+    acc = _source(running, ended)
+    try:
+        got = _hedged(acc, runner).get_jobs(["236", "12"])
+        answered_while_silent = not runner.release.is_set()
+    finally:
+        runner.release.set()
+    assert answered_while_silent
+    assert got == {"236": running, "12": ended}
+    assert acc.get_calls == [["236", "12"]] and runner.calls == []
+
+
+def test_a_silent_controller_is_waited_for_when_accounting_has_not_seen_the_start() -> None:
+    runner = SilentRunner(_line("236", "236", "RUNNING"))
+    acc = ReleasingAccounting(runner, _placeholder("236"))
+    got = _hedged(acc, runner).get_jobs(["236"])
+    assert got["236"].state == "RUNNING" and got["236"].partition == "gpu"
+    assert acc.get_calls == [["236"]] and len(runner.calls) == 1
+
+
+def test_a_silent_controller_is_waited_for_when_accounting_fails() -> None:
+    runner = SilentRunner(_line("236", "236", "RUNNING"))
+    acc = ReleasingAccounting(runner)
+    acc.fail = True
+    got = _hedged(acc, runner).get_jobs(["236"])
+    assert got["236"].state == "RUNNING" and len(runner.calls) == 1
+    # Accounting down and the controller silent until it gives up: accounting's error.
+    acc = _down()
+    source = _hedged(acc, Runner(error=True))
+    with pytest.raises(AccountingError, match="slurmdbd unreachable"):
+        source.get_jobs(["236"])
+
+
+def test_a_controller_that_answers_in_time_is_asked_alone() -> None:
+    acc = _source(make_job("236", state="RUNNING", end_s=None))
+    runner = Runner(_line("236", "236", "RUNNING"))
+    got = _hedged(acc, runner, hedge_s=30.0).get_jobs(["236"])
+    assert got["236"].state == "RUNNING" and acc.get_calls == [] and len(runner.calls) == 1
+
+
+def test_a_controller_still_silent_after_the_grace_leaves_accountings_answer() -> None:
+    placeholder = _placeholder("236")
+    runner = SilentRunner(_line("236", "236", "RUNNING") + _line("240", "240", "RUNNING"))
+    acc = _source(placeholder)
+    try:
+        got = _hedged(acc, runner).get_jobs(["236", "240"])
+        answered_while_silent = not runner.release.is_set()
+    finally:
+        runner.release.set()
+    assert answered_while_silent
+    assert got == {"236": placeholder}  # as when squeue cannot run: accounting's word stands
