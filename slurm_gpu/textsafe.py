@@ -32,6 +32,14 @@ def clean_user_text(value: str, max_len: int = MAX_LEN) -> str:
     return _UNSAFE.sub(REPLACEMENT, value)
 
 
+def clean_command_message(stderr: str, max_len: int = 200) -> str:
+    """What a command (``squeue``, ``scontrol``) printed on failing, for a one-line error: its
+    non-empty lines stripped and joined by "; " (the newline each ends with is not an unsafe
+    character to mark), then ``clean_user_text``; "no message" when it printed nothing."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    return clean_user_text("; ".join(line for line in lines if line) or "no message", max_len)
+
+
 def clean_optional(value: str | None, max_len: int = MAX_LEN) -> str | None:
     """``clean_user_text`` that passes None through."""
     return None if value is None else clean_user_text(value, max_len)

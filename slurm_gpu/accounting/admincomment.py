@@ -31,6 +31,7 @@ from typing import Any
 from slurm_gpu.accounting.runner import CommandRunner, SubprocessRunner
 from slurm_gpu.errors import AccountingError
 from slurm_gpu.records import JobRecord, NodeRecord
+from slurm_gpu.textsafe import clean_command_message
 
 PREFIX = "JS1:"
 #: Largest encoded comment we write; a summary of 8 GPUs on one node is about 300 bytes.
@@ -250,7 +251,7 @@ class AdminCommentWriter:
         if done.returncode != 0:
             raise AccountingError(
                 f"scontrol could not set AdminComment of job {job.job_id_display}: "
-                f"{done.stderr.strip() or done.returncode}",
+                f"{clean_command_message(done.stderr)} (exit {done.returncode})",
                 stderr=done.stderr,
                 hint="scontrol update works only while the job is known to slurmctld and not "
                 "finished; use write() after the job ends",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from slurm_gpu.accounting.hostlist import expand_hostlist
 from slurm_gpu.accounting.runner import CommandRunner
 from slurm_gpu.errors import AccountingError
-from slurm_gpu.textsafe import clean_user_text
+from slurm_gpu.textsafe import clean_command_message
 
 #: squeue's format: raw job id (unique per array element), user, account, partition, QOS,
 #: start time, node list. None of these may contain "|" (Slurm's names).
@@ -161,7 +161,7 @@ def _run(runner: CommandRunner, argv: list[str], timeout_s: float) -> str:
     if result.returncode != 0:
         name = argv[0].rsplit("/", 1)[-1]
         raise AccountingError(
-            f"{name} failed (exit {result.returncode}): {clean_user_text(result.stderr, 200)}",
+            f"{name} failed (exit {result.returncode}): {clean_command_message(result.stderr)}",
             hint="slurmctld must answer for the live policy and view",
         )
     return result.stdout.decode("utf-8", "replace")

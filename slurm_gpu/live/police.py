@@ -35,7 +35,7 @@ from slurm_gpu.notify.message import clean_subject, recipient_address
 from slurm_gpu.notify.transport import Mailer
 from slurm_gpu.records import PartWindow
 from slurm_gpu.store.liveactions import LiveAction, actions_for, record_actions
-from slurm_gpu.textsafe import clean_user_text
+from slurm_gpu.textsafe import clean_command_message, clean_user_text
 
 log = logging.getLogger("slurm_gpu.live.police")
 
@@ -289,7 +289,7 @@ def _cancel(d: Decision, runner: CommandRunner, opts: PoliceOptions) -> bool:
                 return False
             raise AccountingError(
                 f"{argv[0]} {argv[1]} failed (exit {result.returncode}): "
-                f"{clean_user_text(result.stderr, 200)}",
+                f"{clean_command_message(result.stderr)}",
                 hint="the policy needs SlurmUser's or root's rights to cancel",
             )
     return True

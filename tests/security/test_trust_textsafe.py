@@ -74,3 +74,29 @@ def test_terminal_escape_bidi_and_newlines_are_replaced() -> None:
 def test_cleaning_bounds_length() -> None:
     assert len(clean_user_text("a" * 5000, 100)) == 100
     assert clean_user_text("plain name-1.0") == "plain name-1.0"
+
+
+def test_a_commands_message_keeps_its_lines_apart_and_ends_clean() -> None:
+    from slurm_gpu.textsafe import clean_command_message
+
+    # Seen: "slurm_load_jobs error: Socket timed out on send/recv operation\ufffd", the
+    # newline squeue ends its message with turned into the replacement mark.
+    assert clean_command_message("squeue: error: timed out\n") == "squeue: error: timed out"
+    assert clean_command_message("a\n\n  b \r\n") == "a; b"
+    assert clean_command_message("\x1b[31mred\x1b[0m\n") == f"{REPLACEMENT}[31mred{REPLACEMENT}[0m"
+    assert clean_command_message("") == "no message"
+    assert len(clean_command_message("x" * 500, 200)) == 200
+
+
+def test_the_live_views_slurm_errors_end_clean() -> None:
+    from slurm_gpu.accounting.runner import CommandResult
+    from slurm_gpu.errors import AccountingError
+    from slurm_gpu.live.allocation import running_gpu_jobs
+
+    def runner(argv: object, **kw: object) -> CommandResult:
+        message = "slurm_load_jobs error: Socket timed out on send/recv operation\n"
+        return CommandResult(1, b"", message)
+
+    with pytest.raises(AccountingError) as caught:
+        running_gpu_jobs(runner, "", 5.0)  # type: ignore[arg-type]
+    assert str(caught.value).endswith("Socket timed out on send/recv operation"), caught.value
