@@ -20,7 +20,9 @@ the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --ve
 (interpreter, click and settings), the ``sacct`` call gpueff makes on the sacct path and (with
 ``--running``) the ``squeue`` call it makes for a running job, each timed alone. It also counts
 the sacct processes each run starts (``strace``, when installed) and lists the heavy modules it
-imports.
+imports. Last, ``import_probe.py`` shows where the imports of a running job's report spend
+their time (the package, its settings, jinja2, the report's modules; building dataclasses and
+compiling regular expressions across them), as the owner, in fresh interpreters.
 
 The package's byte code and its records' generated methods are compiled first (as root,
 ``python -m slurm_gpu.precompile``): an ordinary user cannot write ``__pycache__`` in a
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -97,6 +100,38 @@ def _heavy_imports(argv: list[str], user: str | None) -> list[str]:
                 tops.add(name.split(".")[0])
     heavy = {"sqlalchemy", "pandas", "matplotlib", "pynvml", "jinja2", "click"}
     return sorted(t for t in tops if t in heavy)
+
+
+def _import_breakdown(python: str, user: str | None, runs: int) -> None:
+    """Print where a running job's report imports spend their time: ``import_probe.py`` in
+    ``runs`` fresh interpreters as ``user``, the median of each figure."""
+    probe = str(Path(__file__).with_name("import_probe.py"))
+    full = ["runuser", "-u", user, "--", python, probe] if user else [python, probe]
+    got: list[dict[str, float]] = []
+    for _ in range(runs):
+        done = subprocess.run(full, capture_output=True, text=True, check=False, cwd="/")
+        if done.returncode != 0:
+            print(f"import probe failed: {done.stderr.strip()[-300:]}")
+            return
+        got.append(json.loads(done.stdout))
+
+    def med(key: str) -> float:
+        return statistics.median(g[key] for g in got)
+
+    print(
+        f"\nWhere a running job's report imports go (`benchmarks/import_probe.py`, {runs} fresh "
+        f"interpreters as {user or 'root'}; median ms of wall time)\n"
+    )
+    print("| stage | ms |")
+    print("|---|---:|")
+    for stage in ("package", "settings", "jinja2", "report", "total"):
+        print(f"| {stage} | {med(stage + '_ms'):.1f} |")
+    print(f"| of the total: building {med('classes'):.0f} dataclasses | {med('classes_ms'):.1f} |")
+    print(
+        f"| of the total: compiling {med('regexes'):.0f} regular expressions "
+        f"({med('own_regexes'):.0f} of them the package's) | {med('regex_ms'):.1f} |"
+    )
+    print()
 
 
 def main() -> int:
@@ -308,6 +343,7 @@ def _bench(args: argparse.Namespace) -> int:
         f"the interpreter's teardown after the report's imports (median difference): "
         f"{teardown_s * 1e3:.0f} ms"
     )
+    _import_breakdown(python, args.user, args.runs)
     print(f"sacct processes started by the owner's gpueff JOBID: {_sacct_runs(g_argv, args.user)}")
     print(f"sacct processes started by root's gpueff JOBID: {_sacct_runs(g_argv, None)}")
     other = _sacct_runs(g_argv, args.other_user)
