@@ -77,23 +77,28 @@ def silent_controller() -> Iterator[subprocess.Popen[bytes]]:
             squeue.wait()
 
 
+def _answered_first(
+    user: str, job: str, squeue: subprocess.Popen[bytes]
+) -> subprocess.CompletedProcess[str]:
+    """``gpueff JOB`` as ``user``, checked to answer while ``squeue`` still waits."""
+    res = _gpueff(user, job)
+    assert squeue.poll() is None, "gpueff waited as long as squeue for the stopped controller"
+    return res
+
+
 def test_the_owner_sees_the_running_job_from_accounting(
     running_job: str, silent_controller: subprocess.Popen[bytes]
 ) -> None:
-    res = _gpueff("sgtest1", running_job)
-    still_waiting = silent_controller.poll() is None
+    res = _answered_first("sgtest1", running_job, silent_controller)
     assert res.returncode == 0, res.stdout + res.stderr
     first = res.stdout.splitlines()[0]
     assert first.startswith(f"Job {running_job} ") and first.endswith("RUNNING"), res.stdout
     assert "gpus 1" in res.stdout and "sgtest1" in res.stdout, res.stdout
-    assert still_waiting, "gpueff waited as long as squeue for the stopped controller"
 
 
 def test_another_user_is_refused_without_waiting_either(
     running_job: str, silent_controller: subprocess.Popen[bytes]
 ) -> None:
-    res = _gpueff("sgtest2", running_job)
-    still_waiting = silent_controller.poll() is None
+    res = _answered_first("sgtest2", running_job, silent_controller)
     assert res.returncode == 4, res.stdout + res.stderr
     assert "sgtest1" not in res.stdout + res.stderr and "Traceback" not in res.stderr
-    assert still_waiting, "gpueff waited as long as squeue for the stopped controller"

@@ -321,18 +321,11 @@ class SilentRunner(Runner):
         super().__init__(stdout)
         self.release = threading.Event()
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        timeout_s: float,
-        max_stdout: int | None = None,
-    ) -> CommandResult:
+    def __call__(self, argv: Sequence[str], **kw: Any) -> CommandResult:
         # Bounded, so that a caller that waited for this answer fails here instead of hanging.
         if not self.release.wait(10):
             raise AssertionError("the controller was waited for")
-        return super().__call__(argv, env=env, timeout_s=timeout_s, max_stdout=max_stdout)
+        return super().__call__(argv, **kw)
 
 
 class ReleasingAccounting(FakeAccounting):
@@ -355,18 +348,22 @@ def _hedged(acc: FakeAccounting, runner: Runner, hedge_s: float = 0.05) -> Contr
     )
 
 
+def _while_silent(acc: FakeAccounting, runner: SilentRunner, ids: list[str]) -> dict[str, Any]:
+    """``get_jobs(ids)``, checked to answer before the controller is let answer."""
+    try:
+        got = _hedged(acc, runner).get_jobs(ids)
+        assert not runner.release.is_set(), "the controller was waited for"
+    finally:
+        runner.release.set()
+    return got
+
+
 def test_a_silent_controller_leaves_jobs_accounting_shows_started_to_accounting() -> None:
     running = make_job("236", state="RUNNING", end_s=None)
     ended = make_job("12")
     runner = SilentRunner(_line("236", "236", "RUNNING"))
     acc = _source(running, ended)
-    try:
-        got = _hedged(acc, runner).get_jobs(["236", "12"])
-        answered_while_silent = not runner.release.is_set()
-    finally:
-        runner.release.set()
-    assert answered_while_silent
-    assert got == {"236": running, "12": ended}
+    assert _while_silent(acc, runner, ["236", "12"]) == {"236": running, "12": ended}
     assert acc.get_calls == [["236", "12"]] and runner.calls == []
 
 
@@ -401,11 +398,5 @@ def test_a_controller_that_answers_in_time_is_asked_alone() -> None:
 def test_a_controller_still_silent_after_the_grace_leaves_accountings_answer() -> None:
     placeholder = _placeholder("236")
     runner = SilentRunner(_line("236", "236", "RUNNING") + _line("240", "240", "RUNNING"))
-    acc = _source(placeholder)
-    try:
-        got = _hedged(acc, runner).get_jobs(["236", "240"])
-        answered_while_silent = not runner.release.is_set()
-    finally:
-        runner.release.set()
-    assert answered_while_silent
-    assert got == {"236": placeholder}  # as when squeue cannot run: accounting's word stands
+    # As when squeue cannot run: accounting's word stands.
+    assert _while_silent(_source(placeholder), runner, ["236", "240"]) == {"236": placeholder}
