@@ -416,14 +416,39 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
-    """The live GPU part from the sampler's ``<host>.live.json`` summaries (one per node)."""
+def telemetry_from_live(
+    summaries: Sequence[Mapping[str, Any]],
+    nodes: Sequence[str] = (),
+    *,
+    now_s: float | None = None,
+    stale_after_s: float | None = None,
+) -> Telemetry:
+    """The live GPU part from the sampler's ``<host>.live.json`` summaries (one per node), for
+    the job's accounting node list ``nodes``.
+
+    Missing or stale data are unknown, never idle (as ``telemetry_from_prometheus``): with
+    ``now_s`` and ``stale_after_s``, a summary last written longer ago than that (its sampler
+    hung or killed, the node gone) keeps its GPU lines with every reading unknown, and a note
+    says so; a node of ``nodes`` with no summary here is named in a note."""
     lines: list[GpuLine] = []
+    notes: list[str] = []
     updated: list[float] = []
+    fresh_updated: list[float] = []
     for summary in sorted(summaries, key=lambda s: str(s.get("hostname", ""))):
         host = str(summary.get("hostname", "?"))
-        if (u := _num(summary.get("updated_s"))) is not None:
+        u = _num(summary.get("updated_s"))
+        stale = False
+        if u is not None:
             updated.append(u)
+            age = None if now_s is None else now_s - u
+            stale = age is not None and stale_after_s is not None and age > stale_after_s
+            if stale and age is not None:
+                notes.append(
+                    f"{host}: its live summary is {fmt.duration(age)} old (its sampler stopped "
+                    "writing, or the node is gone); its GPUs are shown as unknown"
+                )
+            else:
+                fresh_updated.append(u)
         for i, g in enumerate(summary.get("gpus") or ()):
             samples = _int(g.get("samples"))
             idle = _int(g.get("idle_samples"))
@@ -434,22 +459,33 @@ def telemetry_from_live(summaries: Sequence[Mapping[str, Any]]) -> Telemetry:
                     uuid=str(g.get("uuid", "")),
                     name=g.get("name") if isinstance(g.get("name"), str) else None,
                     slot=_int(g.get("minor_number")) if "minor_number" in g else i,
-                    duty_mean_pct=_num(g.get("utilization_mean_pct")),
+                    duty_mean_pct=None if stale else _num(g.get("utilization_mean_pct")),
                     duty_p50_pct=None,
-                    idle_fraction=(idle / samples) if samples and idle is not None else None,
+                    idle_fraction=(
+                        (idle / samples) if not stale and samples and idle is not None else None
+                    ),
                     sm_active_mean_pct=None,
-                    memory_peak_bytes=_int(g.get("memory_used_max_bytes")),
+                    memory_peak_bytes=None if stale else _int(g.get("memory_used_max_bytes")),
                     memory_total_bytes=_int(g.get("memory_total_bytes")),
-                    power_mean_w=_num(g.get("power_mean_w")),
+                    power_mean_w=None if stale else _num(g.get("power_mean_w")),
                     power_limit_w=None,
-                    energy_j=_num(g.get("energy_j")),
-                    process_seen=seen if isinstance(seen, bool) else None,
+                    energy_j=None if stale else _num(g.get("energy_j")),
+                    process_seen=seen if isinstance(seen, bool) and not stale else None,
                 )
             )
+    missing = sorted(set(nodes) - {str(s.get("hostname", "?")) for s in summaries})
+    if missing:
+        notes.append(
+            "no live summary readable on this host from "
+            + ", ".join(missing)
+            + ": its GPUs are unknown"
+        )
+    latest = fresh_updated or updated
     return Telemetry(
         gpus=tuple(lines),
         live=True,
-        updated_s=max(updated) if updated else None,
+        updated_s=max(latest) if latest else None,
+        notes=tuple(notes),
         source=LIVE_SOURCE_SPOOL,
     )
 

@@ -6,6 +6,7 @@ SQLite store is read with the standard library: ``gpueff`` never imports SQLAlch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final
@@ -289,8 +290,6 @@ class StoreAndSpoolReader:
         return self._priced(self._live_prometheus(job))
 
     def _live_prometheus(self, job: JobRecord) -> Telemetry:
-        import time
-
         from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError
         from slurm_gpu.prometheus.livejobs import live_jobs as prometheus_jobs
 
@@ -333,7 +332,13 @@ class StoreAndSpoolReader:
                 continue  # not on this host's file system, not written yet, or not ours
         if not summaries:
             return None
-        return adapter.telemetry_from_live(summaries)
+        # An ended job's summaries stopped with it: their age counts to its end, not to now.
+        return adapter.telemetry_from_live(
+            summaries,
+            job.nodelist,
+            now_s=time.time() if job.end_s is None else job.end_s,
+            stale_after_s=self._settings.live.stale_after_s,
+        )
 
     def close(self) -> None:
         """Release the store's connections, if this reader opened it."""

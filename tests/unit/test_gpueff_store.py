@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +89,15 @@ def test_unknown_code_falls_back_to_its_name() -> None:
     assert word(f) == ("Future thing", "")
 
 
-def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
-    job = F.job(state="RUNNING", end_s=None, exit_code=None)
-    paths = spool.JobSpool(settings.paths.spool_dir, job.job_id, "node1")
+def _write_summary(settings: Any, job: JobRecord, host: str, updated_s: float) -> None:
+    """A live summary of one busy GPU of ``job`` on ``host``, last written at ``updated_s``."""
+    paths = spool.JobSpool(settings.paths.spool_dir, job.job_id, host)
     paths.create_dir()
     summary = {
         "job_id": job.job_id,
-        "hostname": "node1",
-        "started_s": 1.0,
-        "updated_s": 61.0,
+        "hostname": host,
+        "started_s": updated_s - 60.0,
+        "updated_s": updated_s,
         "interval_s": 1.0,
         "gpus": [
             {
@@ -115,11 +115,47 @@ def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
         "host": None,
     }
     livefile.write_live(paths, summary, None)
+
+
+def test_live_file_is_read_for_running_jobs(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    updated_s = time.time() - 5
+    _write_summary(settings, job, "node1", updated_s)
     report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
-    assert report.telemetry.value == "live" and report.live_updated_s == 61.0
+    assert report.telemetry.value == "live" and report.live_updated_s == updated_s
     (g,) = report.gpus
     assert g.duty_mean_pct == 55.0 and g.idle_fraction == pytest.approx(0.1)
     assert g.memory_peak_bytes == 6 * F.GIB and g.power_mean_w is None
+    assert report.notes == ()
+
+
+def test_a_stale_live_file_shows_its_gpus_as_unknown_with_the_reason(tmp_path: Path) -> None:
+    # As from Prometheus: a node whose sampler stopped writing (hung, killed, the node gone)
+    # has its last numbers shown as unknown, never as the job's current ones.
+    settings = _settings(tmp_path)
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    _write_summary(settings, job, "node1", time.time() - 600)
+    report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
+    (g,) = report.gpus
+    assert g.duty_mean_pct is None and g.idle_fraction is None and g.memory_peak_bytes is None
+    assert g.energy_j is None and g.memory_total_bytes == 40 * F.GIB
+    notes = " ".join(report.notes)
+    assert "node1: its live summary is 00:10:00 old" in notes, notes
+    assert "shown as unknown" in notes
+    text = TerminalRenderer(colour=False).report(report)
+    assert "n/a busy" in text and "0 % busy" not in text and "00:10:00 old" in text
+
+
+def test_a_node_without_a_live_file_is_named(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    job = replace(F.job(state="RUNNING", end_s=None, exit_code=None), nodelist=("node1", "node2"))
+    _write_summary(settings, job, "node1", time.time() - 5)
+    report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
+    assert [g.node for g in report.gpus] == ["node1"]
+    assert report.gpus[0].duty_mean_pct == 55.0
+    notes = " ".join(report.notes)
+    assert "no live summary readable on this host from node2" in notes, notes
 
 
 def test_running_job_on_a_host_without_live_file(tmp_path: Path) -> None:

@@ -106,6 +106,26 @@ def test_the_nodes_last_live_summary_is_shown_while_not_collected(
     assert "x NVIDIA A100-SXM4-40GB" in res.output
 
 
+def test_a_summary_that_stopped_long_before_the_jobs_end_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sampler died an hour before the job ended: its last numbers are not the job's.
+    from slurm_gpu.capture import spool
+
+    path = Path(spool.JobSpool(str(tmp_path / "spool"), "1001", "node1").live)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        '{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", '
+        '"updated_s": 1700000100.0, "gpus": [{"uuid": "GPU-1", '
+        '"name": "NVIDIA A100-SXM4-40GB", "minor_number": 0, "samples": 100, '
+        '"idle_samples": 10, "utilization_mean_pct": 91.0, "energy_j": 13932.0}]}'
+    )
+    res = _gpueff(tmp_path, monkeypatch, "1001")
+    assert res.exit_code == 0, res.output
+    assert "node1:0" in res.output and "91 %" not in res.output and "3.87 Wh" not in res.output
+    assert "its live summary is 01:00:00 old" in res.output, res.output
+
+
 def test_the_mail_programs_reader_still_waits_for_the_record(tmp_path: Path) -> None:
     """Without ``answer_uncollected`` (the mail program) an ended job not in the store is
     ``None`` (wait for the record), even with the node's live summary on this host."""
