@@ -16,16 +16,18 @@ root that reads the configuration and chooses the telemetry source, ``slurm_gpu.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
 import os
+import select
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from slurm_gpu.capture.aggregate import NodeAggregator
 from slurm_gpu.capture.livefile import LiveWriter, private_group_of
@@ -521,14 +523,29 @@ class Sampler:
 
 
 def _signal_waiter() -> Callable[[float], bool]:
-    """A wait function that returns True as soon as SIGTERM, SIGINT or SIGHUP arrives."""
-    sigs = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
-    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    """A wait function that returns True as soon as SIGTERM, SIGINT or SIGHUP has arrived
+    (one that came before the first wait included). Call it from the main thread, first."""
+    # Handlers and the wakeup file, not sigtimedwait: CPython's sigtimedwait, interrupted
+    # (EINTR) after its deadline has passed, returns an uninitialised siginfo instead of None,
+    # even one whose si_signo reads SIGHUP, so a sampler stopped (SIGSTOP) for longer than its
+    # wait took the SIGCONT for a stop request and sealed its record while the job ran on.
+    stopped: list[int] = []
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def note(signum: int, frame: Any) -> None:
+        stopped.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, note)
 
     def wait(timeout_s: float) -> bool:
-        if timeout_s <= 0:
-            pending = signal.sigpending() & sigs
-            return bool(pending) and signal.sigtimedwait(sigs, 0) is not None
-        return signal.sigtimedwait(sigs, timeout_s) is not None
+        if not stopped and timeout_s > 0:
+            # The C handler writes to the wakeup file at once, so select returns early.
+            ready, _, _ = select.select([wake_r], [], [], timeout_s)
+            if ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+        return bool(stopped)
 
     return wait

@@ -195,8 +195,8 @@ def open_stacks(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -I -m slurm_gpu.hooks.sampler``; returns the exit status."""
-    # Block the stop signals first, so a SIGTERM that comes while starting is not fatal: it is
-    # picked up by the first wait and the record is still sealed.
+    # The stop signals' handlers first, so a SIGTERM that comes while starting is not fatal: it
+    # is noted, the first wait returns at once and the record is still sealed.
     wait = _signal_waiter()
     args = parse_args(argv)
     from slurm_gpu.capture.hostsample import AutoHostSampler

@@ -181,6 +181,29 @@ def test_sampler_killed_mid_job(config: Path, job_dir: Path) -> None:
     assert record.gpus[0].samples >= 1
 
 
+def test_sampler_stopped_and_continued_samples_on(job_dir: Path) -> None:
+    """A sampler stopped (SIGSTOP: a suspended job's processes, a debugger) for longer than
+    its wait and then continued goes on sampling; the epilog stops and seals it as usual.
+    Seen before: it took the SIGCONT for a stop request and sealed at once, the job running on."""
+    job_id = run_job(job_dir, sleep=14)
+    paths = spool_paths(job_id)
+    wait_for(paths.jsonl, timeout_s=120)
+    time.sleep(1.5)
+    pid = read_pidfile(paths.pid)[0]  # type: ignore[index]
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(4)  # four of the test cluster's 1 s intervals
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(3)
+    assert not os.path.exists(paths.record), "the sampler sealed on SIGCONT"
+    os.kill(pid, 0)  # still running (raises ProcessLookupError otherwise)
+    _, epilog = assert_survived(job_id, log_file())
+    assert "sampler stopped; record sealed by the sampler" in epilog, epilog
+    record = read_record(paths.record)
+    assert record.complete, record.notes
+    # Readings resumed after the stop: the job's last seconds are in the record.
+    assert record.ended_s is not None and record.gpus[0].samples >= 8
+
+
 def test_sampler_ignoring_sigterm(job_dir: Path) -> None:
     """Recovery without a checkpoint (the default interval is longer than the job): the
     whole spool is folded."""
