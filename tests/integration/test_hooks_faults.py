@@ -99,6 +99,17 @@ def spool_paths(job_id: str) -> JobSpool:
     return JobSpool(settings.paths.spool_dir, job_id, slurmtools.node_name())
 
 
+def running_sampler(job_dir: Path, sleep: float, started: str) -> tuple[str, JobSpool, int]:
+    """A job sleeping ``sleep`` s, once its sampler has written ``started`` (a name of its
+    ``JobSpool``) and read a little more: (job id, its spool paths, the sampler's pid)."""
+    job_id = run_job(job_dir, sleep=sleep)
+    paths = spool_paths(job_id)
+    wait_for(getattr(paths, started), timeout_s=120)
+    time.sleep(1.5)
+    pid = read_pidfile(paths.pid)[0]  # type: ignore[index]
+    return job_id, paths, pid
+
+
 def wait_for(path: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(path):
@@ -168,11 +179,7 @@ def test_broken_config(config: Path, job_dir: Path) -> None:
 def test_sampler_killed_mid_job(config: Path, job_dir: Path) -> None:
     """Recovery from a checkpoint plus the spool lines after it."""
     edit(config, "telemetry", "checkpoint_interval_s", "2")
-    job_id = run_job(job_dir, sleep=8)
-    paths = spool_paths(job_id)
-    wait_for(paths.state, timeout_s=120)
-    time.sleep(1.5)
-    pid = read_pidfile(paths.pid)[0]  # type: ignore[index]
+    job_id, paths, pid = running_sampler(job_dir, 8, "state")
     os.kill(pid, signal.SIGKILL)
     _, epilog = assert_survived(job_id, log_file())
     assert "sampler not_running; record recovered" in epilog
@@ -185,11 +192,7 @@ def test_sampler_stopped_and_continued_samples_on(job_dir: Path) -> None:
     """A sampler stopped (SIGSTOP: a suspended job's processes, a debugger) for longer than
     its wait and then continued goes on sampling; the epilog stops and seals it as usual.
     Seen before: it took the SIGCONT for a stop request and sealed at once, the job running on."""
-    job_id = run_job(job_dir, sleep=14)
-    paths = spool_paths(job_id)
-    wait_for(paths.jsonl, timeout_s=120)
-    time.sleep(1.5)
-    pid = read_pidfile(paths.pid)[0]  # type: ignore[index]
+    job_id, paths, pid = running_sampler(job_dir, 14, "jsonl")
     os.kill(pid, signal.SIGSTOP)
     time.sleep(4)  # four of the test cluster's 1 s intervals
     os.kill(pid, signal.SIGCONT)

@@ -86,19 +86,24 @@ def test_a_listing_goes_on_past_an_uncollected_job(
     assert any(ln.startswith("1002 ") for ln in lines), res.output
 
 
-def test_the_nodes_last_live_summary_is_shown_while_not_collected(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _last_summary(tmp_path: Path, *, updated_s: float) -> None:
+    """Job 1001's live summary on node1, one busy GPU, last written at ``updated_s``."""
     from slurm_gpu.capture import spool
 
     path = Path(spool.JobSpool(str(tmp_path / "spool"), "1001", "node1").live)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         '{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", '
-        '"updated_s": 1700003690.0, "gpus": [{"uuid": "GPU-1", '
+        f'"updated_s": {updated_s}, "gpus": [{{"uuid": "GPU-1", '
         '"name": "NVIDIA A100-SXM4-40GB", "minor_number": 0, "samples": 100, '
         '"idle_samples": 10, "utilization_mean_pct": 91.0, "energy_j": 13932.0}]}'
     )
+
+
+def test_the_nodes_last_live_summary_is_shown_while_not_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _last_summary(tmp_path, updated_s=1700003690.0)  # 10 s before the job's end
     res = _gpueff(tmp_path, monkeypatch, "1001")
     assert res.exit_code == 0, res.output
     assert "not been collected yet" in res.output
@@ -110,16 +115,7 @@ def test_a_summary_that_stopped_long_before_the_jobs_end_is_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The sampler died an hour before the job ended: its last numbers are not the job's.
-    from slurm_gpu.capture import spool
-
-    path = Path(spool.JobSpool(str(tmp_path / "spool"), "1001", "node1").live)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        '{"schema": "slurm-gpu/live", "version": 1, "hostname": "node1", '
-        '"updated_s": 1700000100.0, "gpus": [{"uuid": "GPU-1", '
-        '"name": "NVIDIA A100-SXM4-40GB", "minor_number": 0, "samples": 100, '
-        '"idle_samples": 10, "utilization_mean_pct": 91.0, "energy_j": 13932.0}]}'
-    )
+    _last_summary(tmp_path, updated_s=1700000100.0)
     res = _gpueff(tmp_path, monkeypatch, "1001")
     assert res.exit_code == 0, res.output
     assert "node1:0" in res.output and "91 %" not in res.output and "3.87 Wh" not in res.output
