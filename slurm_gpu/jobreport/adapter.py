@@ -416,20 +416,35 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _unknown_readings(line: GpuLine) -> GpuLine:
+    """``line`` of a host whose data are stale: the GPU is named, every reading unknown."""
+    from dataclasses import replace
+
+    return replace(
+        line,
+        duty_mean_pct=None,
+        idle_fraction=None,
+        memory_peak_bytes=None,
+        power_mean_w=None,
+        energy_j=None,
+        process_seen=None,
+    )
+
+
 def telemetry_from_live(
     summaries: Sequence[Mapping[str, Any]],
-    nodes: Sequence[str] = (),
+    nodes: Sequence[str],
     *,
-    now_s: float | None = None,
-    stale_after_s: float | None = None,
+    now_s: float,
+    stale_after_s: float,
 ) -> Telemetry:
     """The live GPU part from the sampler's ``<host>.live.json`` summaries (one per node), for
     the job's accounting node list ``nodes``.
 
-    Missing or stale data are unknown, never idle (as ``telemetry_from_prometheus``): with
-    ``now_s`` and ``stale_after_s``, a summary last written longer ago than that (its sampler
-    hung or killed, the node gone) keeps its GPU lines with every reading unknown, and a note
-    says so; a node of ``nodes`` with no summary here is named in a note."""
+    Missing or stale data are unknown, never idle (as ``telemetry_from_prometheus``): a summary
+    last written more than ``stale_after_s`` before ``now_s`` (its sampler hung or killed, the
+    node gone) keeps its GPU lines with every reading unknown, and a note says so; a node of
+    ``nodes`` with no summary here is named in a note."""
     lines: list[GpuLine] = []
     notes: list[str] = []
     updated: list[float] = []
@@ -437,15 +452,13 @@ def telemetry_from_live(
     for summary in sorted(summaries, key=lambda s: str(s.get("hostname", ""))):
         host = str(summary.get("hostname", "?"))
         u = _num(summary.get("updated_s"))
-        stale = False
+        stale = u is not None and now_s - u > stale_after_s
         if u is not None:
             updated.append(u)
-            age = None if now_s is None else now_s - u
-            stale = age is not None and stale_after_s is not None and age > stale_after_s
-            if stale and age is not None:
+            if stale:
                 notes.append(
-                    f"{host}: its live summary is {fmt.duration(age)} old (its sampler stopped "
-                    "writing, or the node is gone); its GPUs are shown as unknown"
+                    f"{host}: its live summary is {fmt.duration(now_s - u)} old (its sampler "
+                    "stopped writing, or the node is gone); its GPUs are shown as unknown"
                 )
             else:
                 fresh_updated.append(u)
@@ -453,32 +466,27 @@ def telemetry_from_live(
             samples = _int(g.get("samples"))
             idle = _int(g.get("idle_samples"))
             seen = g.get("process_seen")
-            lines.append(
-                GpuLine(
-                    node=host,
-                    uuid=str(g.get("uuid", "")),
-                    name=g.get("name") if isinstance(g.get("name"), str) else None,
-                    slot=_int(g.get("minor_number")) if "minor_number" in g else i,
-                    duty_mean_pct=None if stale else _num(g.get("utilization_mean_pct")),
-                    duty_p50_pct=None,
-                    idle_fraction=(
-                        (idle / samples) if not stale and samples and idle is not None else None
-                    ),
-                    sm_active_mean_pct=None,
-                    memory_peak_bytes=None if stale else _int(g.get("memory_used_max_bytes")),
-                    memory_total_bytes=_int(g.get("memory_total_bytes")),
-                    power_mean_w=None if stale else _num(g.get("power_mean_w")),
-                    power_limit_w=None,
-                    energy_j=None if stale else _num(g.get("energy_j")),
-                    process_seen=seen if isinstance(seen, bool) and not stale else None,
-                )
+            line = GpuLine(
+                node=host,
+                uuid=str(g.get("uuid", "")),
+                name=g.get("name") if isinstance(g.get("name"), str) else None,
+                slot=_int(g.get("minor_number")) if "minor_number" in g else i,
+                duty_mean_pct=_num(g.get("utilization_mean_pct")),
+                duty_p50_pct=None,
+                idle_fraction=(idle / samples) if samples and idle is not None else None,
+                sm_active_mean_pct=None,
+                memory_peak_bytes=_int(g.get("memory_used_max_bytes")),
+                memory_total_bytes=_int(g.get("memory_total_bytes")),
+                power_mean_w=_num(g.get("power_mean_w")),
+                power_limit_w=None,
+                energy_j=_num(g.get("energy_j")),
+                process_seen=seen if isinstance(seen, bool) else None,
             )
+            lines.append(_unknown_readings(line) if stale else line)
     missing = sorted(set(nodes) - {str(s.get("hostname", "?")) for s in summaries})
     if missing:
         notes.append(
-            "no live summary readable on this host from "
-            + ", ".join(missing)
-            + ": its GPUs are unknown"
+            f"no live summary readable on this host from {', '.join(missing)}: its GPUs are unknown"
         )
     latest = fresh_updated or updated
     return Telemetry(
@@ -516,28 +524,23 @@ def telemetry_from_prometheus(
             fresh_updated.append(part.updated_s)
         for i, g in enumerate(part.gpus):
             sampled = g.sampled_s
-            lines.append(
-                GpuLine(
-                    node=part.host,
-                    uuid=g.uuid,
-                    name=None,
-                    slot=i,  # Prometheus has no minor number: the GPU's place on its host
-                    duty_mean_pct=None if stale else g.utilization_mean_pct,
-                    duty_p50_pct=None,
-                    idle_fraction=None,
-                    sm_active_mean_pct=None,
-                    memory_peak_bytes=None if stale else g.memory_used_max_bytes,
-                    memory_total_bytes=g.memory_total_bytes,
-                    power_mean_w=(
-                        g.energy_j / sampled
-                        if not stale and g.energy_j is not None and sampled
-                        else None
-                    ),
-                    power_limit_w=None,
-                    energy_j=None if stale else g.energy_j,
-                    process_seen=None,
-                )
+            line = GpuLine(
+                node=part.host,
+                uuid=g.uuid,
+                name=None,
+                slot=i,  # Prometheus has no minor number: the GPU's place on its host
+                duty_mean_pct=g.utilization_mean_pct,
+                duty_p50_pct=None,
+                idle_fraction=None,
+                sm_active_mean_pct=None,
+                memory_peak_bytes=g.memory_used_max_bytes,
+                memory_total_bytes=g.memory_total_bytes,
+                power_mean_w=g.energy_j / sampled if g.energy_j is not None and sampled else None,
+                power_limit_w=None,
+                energy_j=g.energy_j,
+                process_seen=None,
             )
+            lines.append(_unknown_readings(line) if stale else line)
     missing = sorted(set(nodes) - {p.host for p in parts})
     if missing:
         notes.append(
