@@ -332,12 +332,13 @@ class ControllerCorrected:
         answers if it shows every id running; otherwise accounting's error is raised."""
         asked: list[LiveJob] | None = None
         silent: InBackground[list[LiveJob]] | None = None  # the controller, still asked
+        hedge_s = self._hedge_s
         if self._first and job_ids:
-            if self._hedge_s is None:
+            if hedge_s is None:
                 asked = _answer(lambda: self._live(job_ids))
             else:
                 pending = InBackground(lambda: self._live(job_ids), name="squeue")
-                if pending.wait(self._hedge_s):
+                if pending.wait(hedge_s):
                     asked = _answer(pending.result)
                 else:
                     silent = pending
@@ -357,10 +358,10 @@ class ControllerCorrected:
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
             return found
-        if silent is not None:
+        if silent is not None and hedge_s is not None:
             # Still silent after ``hedge_s`` more: accounting's answer stands, as when the
             # controller cannot be asked.
-            asked = (_answer(silent.result) or []) if silent.wait(self._hedge_s or 0.0) else []
+            asked = (_answer(silent.result) or []) if silent.wait(hedge_s) else []
         if asked is not None:
             live = [j for j in asked if any(_answers(q, j) for q in unsure)]
         else:
@@ -385,10 +386,7 @@ class ControllerCorrected:
     def _second_opinion(self, queries: Sequence[str]) -> list[LiveJob]:
         """The controller's running jobs of ``queries``; ``[]`` when it cannot be asked (it is
         a second opinion: accounting's answer, or its error, stands)."""
-        try:
-            return self._live(queries)
-        except AccountingError:
-            return []
+        return _answer(lambda: self._live(queries)) or []
 
 
 def _answer(ask: Callable[[], list[LiveJob]]) -> list[LiveJob] | None:
