@@ -416,6 +416,28 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: Seconds a node's timestamp may be ahead of this host's clock and still be taken as
+#: current: a summary written while this host reads it, clocks a second or two apart. Beyond
+#: it a node's clock is wrong (or this host's), and a stopped sampler's last numbers would
+#: pass for current ones for as long as the clocks disagree: its age cannot be told.
+CLOCK_AHEAD_TOLERANCE_S = 5.0
+
+
+def _not_current(
+    updated_s: float, ref_s: float, clock_s: float, stale_after_s: float
+) -> tuple[str, str]:
+    """Why data last written at ``updated_s`` (the node's clock) are not current, as (kind,
+    words): ``("ahead", "dated N ahead of this host's clock")`` when later than ``clock_s``
+    (this host's now) by more than ``CLOCK_AHEAD_TOLERANCE_S``, ``("old", "N old")`` when
+    more than ``stale_after_s`` before ``ref_s`` (now, or an ended job's end), ``("", "")``
+    when current. Seconds since the epoch."""
+    if updated_s - clock_s > CLOCK_AHEAD_TOLERANCE_S:
+        return "ahead", f"dated {fmt.duration(updated_s - clock_s)} ahead of this host's clock"
+    if ref_s - updated_s > stale_after_s:
+        return "old", f"{fmt.duration(ref_s - updated_s)} old"
+    return "", ""
+
+
 def _unknown_readings(line: GpuLine) -> GpuLine:
     """``line`` of a host whose data are stale: the GPU is named, every reading unknown."""
     from dataclasses import replace
@@ -437,14 +459,17 @@ def telemetry_from_live(
     *,
     now_s: float,
     stale_after_s: float,
+    clock_s: float,
 ) -> Telemetry:
     """The live GPU part from the sampler's ``<host>.live.json`` summaries (one per node), for
     the job's accounting node list ``nodes``.
 
     Missing or stale data are unknown, never idle (as ``telemetry_from_prometheus``): a summary
     last written more than ``stale_after_s`` before ``now_s`` (its sampler hung or killed, the
-    node gone) keeps its GPU lines with every reading unknown, and a note says so; a node of
-    ``nodes`` with no summary here is named in a note."""
+    node gone), or dated ahead of this host's clock ``clock_s`` (a clock is wrong: its age
+    cannot be told), keeps its GPU lines with every reading unknown, and a note says so; a
+    node of ``nodes`` with no summary here is named in a note. ``now_s`` is an ended job's
+    end (its summaries stopped with it), ``clock_s`` always this host's time."""
     lines: list[GpuLine] = []
     notes: list[str] = []
     updated: list[float] = []
@@ -452,13 +477,20 @@ def telemetry_from_live(
     for summary in sorted(summaries, key=lambda s: str(s.get("hostname", ""))):
         host = str(summary.get("hostname", "?"))
         u = _num(summary.get("updated_s"))
-        stale = u is not None and now_s - u > stale_after_s
+        kind, why = ("", "") if u is None else _not_current(u, now_s, clock_s, stale_after_s)
+        stale = bool(kind)
         if u is not None:
-            updated.append(u)
-            if stale:
+            if kind != "ahead":  # an age that can be told
+                updated.append(u)
+            if kind == "old":
                 notes.append(
-                    f"{host}: its live summary is {fmt.duration(now_s - u)} old (its sampler "
-                    "stopped writing, or the node is gone); its GPUs are shown as unknown"
+                    f"{host}: its live summary is {why} (its sampler stopped writing, or the "
+                    "node is gone); its GPUs are shown as unknown"
+                )
+            elif kind == "ahead":
+                notes.append(
+                    f"{host}: its live summary is {why} (a clock is wrong, so how old it is "
+                    "cannot be told); its GPUs are shown as unknown"
                 )
             else:
                 fresh_updated.append(u)
@@ -504,22 +536,20 @@ def telemetry_from_prometheus(
     """The live GPU part of one job from Prometheus' series (``prometheus.livejobs.live_jobs``:
     one ``LiveJob`` per host), for the job's accounting node list ``nodes``.
 
-    Missing or stale data are unknown, never idle: a host whose last reading is older than
-    ``stale_after_s`` keeps its GPU lines with every number unknown, a node of the job with
-    no series at all is named in a note. ``None`` when no host has series."""
+    Missing or stale data are unknown, never idle: a host whose last reading (the time its
+    sampler read, on the node's clock) is older than ``stale_after_s`` or dated ahead of
+    ``now_s`` (a clock is wrong) keeps its GPU lines with every number unknown, a node of the
+    job with no series at all is named in a note. ``None`` when no host has series."""
     if not parts:
         return None
     lines: list[GpuLine] = []
     notes: list[str] = []
     fresh_updated: list[float] = []
     for part in sorted(parts, key=lambda p: str(p.host)):
-        age = now_s - part.updated_s
-        stale = age > stale_after_s
+        kind, why = _not_current(part.updated_s, now_s, now_s, stale_after_s)
+        stale = bool(kind)
         if stale:
-            notes.append(
-                f"{part.host}: Prometheus' data are {fmt.duration(age)} old, "
-                "its GPUs are shown as unknown"
-            )
+            notes.append(f"{part.host}: Prometheus' data are {why}, its GPUs are shown as unknown")
         else:
             fresh_updated.append(part.updated_s)
         for i, g in enumerate(part.gpus):
@@ -548,11 +578,12 @@ def telemetry_from_prometheus(
             + ", ".join(missing)
             + " (its exporter is down or not scraped yet): its GPUs are unknown"
         )
-    updated = max(fresh_updated) if fresh_updated else max(p.updated_s for p in parts)
+    # No host current: the newest age that can be told (a host's dated ahead cannot).
+    told = fresh_updated or [p.updated_s for p in parts if p.updated_s <= now_s]
     return Telemetry(
         gpus=tuple(lines),
         live=True,
-        updated_s=updated,
+        updated_s=max(told) if told else None,
         notes=tuple(notes),
         source=LIVE_SOURCE_PROMETHEUS,
     )

@@ -332,12 +332,15 @@ class StoreAndSpoolReader:
                 continue  # not on this host's file system, not written yet, or not ours
         if not summaries:
             return None
-        # An ended job's summaries stopped with it: their age counts to its end, not to now.
+        # An ended job's summaries stopped with it: their age counts to its end, not to now
+        # (but a summary dated after now is a clock's error, whenever the job ended).
+        clock_s = time.time()
         return adapter.telemetry_from_live(
             summaries,
             job.nodelist,
-            now_s=time.time() if job.end_s is None else job.end_s,
+            now_s=clock_s if job.end_s is None else job.end_s,
             stale_after_s=self._settings.live.stale_after_s,
+            clock_s=clock_s,
         )
 
     def close(self) -> None:

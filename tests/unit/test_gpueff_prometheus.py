@@ -186,6 +186,19 @@ def test_text_report_shows_stale_gpus_as_unknown_with_the_reason(
     assert "its GPUs are shown as unknown" in res.output
 
 
+def test_series_dated_ahead_of_this_hosts_clock_are_unknown(
+    tmp_path: Path, prom: FakePrometheus
+) -> None:
+    # The last-sample time is the node's clock: an hour ahead, a stopped sampler's last
+    # numbers would pass for current ones for an hour.
+    prom.series = gpu_series("2001", "node1", "GPU-a", 0.0, time.time() + 3600)
+    res = gpueff(login_config(tmp_path, prom.url), ["2001"], FakeAccounting([running()]))
+    assert res.exit_code == 0, res.output
+    assert "n/a busy" in res.output and "0 % busy" not in res.output
+    assert "node1: Prometheus' data are dated 01:00:00 ahead of this host's clock" in res.output
+    assert " 0 s old" not in res.output, res.output  # no age is told that cannot be
+
+
 def test_another_user_is_refused_and_prometheus_is_never_asked(
     tmp_path: Path, prom: FakePrometheus
 ) -> None:

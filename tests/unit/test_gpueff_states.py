@@ -57,7 +57,11 @@ def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
     summary = read_live(JobSpool(str(tmp_path / "spool"), "42", "n1").live)
     assert [(g["name"], g["minor_number"]) for g in summary["gpus"]] == [("fake", 0), ("fake", 1)]
     tel = adapter.telemetry_from_live(
-        [summary], ("n1",), now_s=summary["updated_s"], stale_after_s=180.0
+        [summary],
+        ("n1",),
+        now_s=summary["updated_s"],
+        stale_after_s=180.0,
+        clock_s=summary["updated_s"],
     )
     running = adapter.accounting_report(F.job(state="RUNNING"), min_elapsed_s=30)
     report = adapter.with_telemetry(running, tel.gpus, live=True)

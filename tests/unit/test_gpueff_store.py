@@ -147,6 +147,32 @@ def test_a_stale_live_file_shows_its_gpus_as_unknown_with_the_reason(tmp_path: P
     assert "n/a busy" in text and "0 % busy" not in text and "00:10:00 old" in text
 
 
+def test_a_live_file_dated_ahead_of_this_hosts_clock_is_unknown(tmp_path: Path) -> None:
+    # The node's clock runs an hour ahead: its summary looks fresh for an hour after its
+    # sampler stopped, so its age cannot be told and its numbers are not shown as current.
+    settings = _settings(tmp_path)
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    _write_summary(settings, job, "node1", time.time() + 3600)
+    report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
+    (g,) = report.gpus
+    assert g.duty_mean_pct is None and g.idle_fraction is None and g.energy_j is None
+    notes = " ".join(report.notes)
+    assert "node1: its live summary is dated 01:00:00 ahead of this host's clock" in notes, notes
+    assert "shown as unknown" in notes
+    text = TerminalRenderer(colour=False).report(report)
+    assert "n/a busy" in text and "55 %" not in text
+    assert " 0 s old" not in text, text  # no age is told that cannot be
+
+
+def test_a_live_file_a_few_seconds_ahead_is_shown(tmp_path: Path) -> None:
+    # Clocks a second or two apart, or a summary written while this host read it: current.
+    settings = _settings(tmp_path)
+    job = F.job(state="RUNNING", end_s=None, exit_code=None)
+    _write_summary(settings, job, "node1", time.time() + 2)
+    report = report_for(job, StoreAndSpoolReader(settings), min_elapsed_s=30)
+    assert report.gpus[0].duty_mean_pct == 55.0 and report.notes == ()
+
+
 def test_a_node_without_a_live_file_is_named(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     job = replace(F.job(state="RUNNING", end_s=None, exit_code=None), nodelist=("node1", "node2"))

@@ -122,6 +122,17 @@ def test_a_summary_that_stopped_long_before_the_jobs_end_is_unknown(
     assert "its live summary is 01:00:00 old" in res.output, res.output
 
 
+def test_a_summary_written_after_the_jobs_end_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sampler writes until the epilog stops it, minutes after the end on a slow node:
+    # later than the job's end is not "ahead of the clock" while it is not later than now.
+    _last_summary(tmp_path, updated_s=1700003820.0)  # 2 min after the job's end
+    res = _gpueff(tmp_path, monkeypatch, "1001")
+    assert res.exit_code == 0, res.output
+    assert "91 %" in res.output and "ahead" not in res.output, res.output
+
+
 def test_the_mail_programs_reader_still_waits_for_the_record(tmp_path: Path) -> None:
     """Without ``answer_uncollected`` (the mail program) an ended job not in the store is
     ``None`` (wait for the record), even with the node's live summary on this host."""
