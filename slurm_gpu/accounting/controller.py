@@ -331,15 +331,21 @@ class ControllerCorrected:
         """See ``AccountingSource.get_jobs``. When accounting cannot be asked, the controller
         answers if it shows every id running; otherwise accounting's error is raised."""
         asked: list[LiveJob] | None = None
+        # The controller was asked and could not answer (squeue failed or timed out): it is
+        # not asked a second time, which would wait as long again (a hung munged makes every
+        # Slurm command wait its whole timeout).
+        failed = False
         silent: InBackground[list[LiveJob]] | None = None  # the controller, still asked
         hedge_s = self._hedge_s
         if self._first and job_ids:
             if hedge_s is None:
                 asked = _answer(lambda: self._live(job_ids))
+                failed = asked is None
             else:
                 pending = InBackground(lambda: self._live(job_ids), name="squeue")
                 if pending.wait(hedge_s):
                     asked = _answer(pending.result)
+                    failed = asked is None
                 else:
                     silent = pending
             if asked is not None and all(_alone(q, asked) for q in job_ids):
@@ -351,9 +357,14 @@ class ControllerCorrected:
             if silent is not None:
                 # Accounting failed: the controller is the one source left, and is waited for.
                 asked, silent = _answer(silent.result), None
-            live = asked if asked is not None else self._second_opinion(job_ids)
+                failed = asked is None
+            elif asked is None and not failed:
+                asked = _answer(lambda: self._live(job_ids))
+                failed = asked is None
+            live = asked or []
             if not job_ids or not all(any(_answers(q, j) for j in live) for q in job_ids):
-                raise error from None  # accounting's error, not the controller's
+                # Accounting's error, not the controller's; saying that neither answered.
+                raise (_neither_answered(error) if failed else error) from None
             return {j.job_id: corrected(None, j, self._clock()) for j in live}
         unsure = [q for q in job_ids if not _started(q, found)]
         if not unsure:
@@ -364,6 +375,8 @@ class ControllerCorrected:
             asked = (_answer(silent.result) or []) if silent.wait(hedge_s) else []
         if asked is not None:
             live = [j for j in asked if any(_answers(q, j) for q in unsure)]
+        elif failed:
+            live = []
         else:
             live = self._second_opinion(unsure)
         out = dict(found)
@@ -387,6 +400,17 @@ class ControllerCorrected:
         """The controller's running jobs of ``queries``; ``[]`` when it cannot be asked (it is
         a second opinion: accounting's answer, or its error, stands)."""
         return _answer(lambda: self._live(queries)) or []
+
+
+def _neither_answered(error: AccountingError) -> AccountingError:
+    """Accounting's ``error`` when the controller could not be asked either: neither daemon
+    answering points at what both commands need on this host."""
+    return AccountingError(
+        error.message,
+        stderr=error.stderr,
+        hint="squeue did not answer either: when no Slurm command answers, munged on this host "
+        f"or the network is the usual cause (`munge -n | unmunge` tells); {error.hint}",
+    )
 
 
 def _answer(ask: Callable[[], list[LiveJob]]) -> list[LiveJob] | None:

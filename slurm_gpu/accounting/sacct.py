@@ -746,7 +746,7 @@ class SacctSource:
         done = self.runner(argv, env=SACCT_ENV, timeout_s=self.timeout_s)
         if done.returncode != 0:
             raise AccountingError(
-                f"sacct failed (exit {done.returncode}): {_first_line(done.stderr)}",
+                f"sacct failed (exit {done.returncode}): {_telling_line(done.stderr)}",
                 stderr=done.stderr,
                 hint=_hint_for(done.stderr),
             )
@@ -758,15 +758,30 @@ def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
         yield items[i : i + size]
 
 
-def _first_line(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if line.strip():
-            return line.strip()
-    return "no message"
+#: Words of the line that names why a Slurm command failed, in the order they are looked
+#: for: Slurm often prints a consequence first ("If munged is up, restart with
+#: --num-threads=10") and the cause on a later line.
+_CAUSE_WORDS = ("munge encode failed", "munge decode failed", "connection refused")
+
+#: The prefix each of sacct's error lines carries, left out of the message that names sacct.
+_PREFIX = re.compile(r"^sacct: (?:error|fatal): ")
+
+
+def _telling_line(stderr: str) -> str:
+    """The line of ``stderr`` that names the cause (``_CAUSE_WORDS``), else its first one;
+    sacct's own prefix left out, cleaned for a terminal (``clean_user_text``)."""
+    lines = [_PREFIX.sub("", line.strip()) for line in stderr.splitlines() if line.strip()]
+    found = next((ln for w in _CAUSE_WORDS for ln in lines if w in ln.lower()), None)
+    return clean_user_text(found or (lines[0] if lines else "no message"), 300)
 
 
 def _hint_for(stderr: str) -> str:
     lowered = stderr.lower()
+    if "munge" in lowered:
+        return (
+            "munged on this host is not running or not answering, so no Slurm command can "
+            "authenticate; the site's admins must start it (systemctl status munge)"
+        )
     if "connection refused" in lowered or "unable to connect" in lowered or "slurmdbd" in lowered:
         return "slurmdbd is not answering: check that it runs (sacctmgr ping) and retry"
     if "invalid" in lowered and "field" in lowered:

@@ -400,3 +400,46 @@ def test_a_controller_still_silent_after_the_grace_leaves_accountings_answer() -
     runner = SilentRunner(_line("236", "236", "RUNNING") + _line("240", "240", "RUNNING"))
     # As when squeue cannot run: accounting's word stands.
     assert _while_silent(_source(placeholder), runner, ["236", "240"]) == {"236": placeholder}
+
+
+# Seen from outside with munged hung (SIGSTOP): every Slurm command waits for it. ``gpueff`` on
+# a running job took 121 s: ``squeue`` ran to its 60 s timeout, ``sacct`` to its own, and the
+# controller, having failed, was asked a second time for another 60 s.
+
+
+class FailingRunner(Runner):
+    """A controller that cannot be asked (squeue timed out); counts the tries."""
+
+    def __init__(self) -> None:
+        super().__init__(error=True)
+
+
+@pytest.mark.parametrize("hedge_s", [None, 0.0, 30.0])
+def test_a_controller_that_failed_is_not_asked_again_when_accounting_fails(
+    hedge_s: float | None,
+) -> None:
+    runner = FailingRunner()
+    source = ControllerCorrected(
+        _down(), SqueueView(runner=runner), controller_first=True, hedge_s=hedge_s
+    )
+    with pytest.raises(AccountingError):
+        source.get_jobs(["236"])
+    assert len(runner.calls) == 1
+
+
+def test_a_controller_that_failed_is_not_asked_again_for_a_job_not_seen_started() -> None:
+    runner = FailingRunner()
+    acc = _source(_placeholder("236"))
+    got = _first(acc, runner).get_jobs(["236"])
+    assert got["236"].state == "PENDING" and len(runner.calls) == 1
+
+
+def test_when_both_fail_the_error_says_the_controller_did_not_answer_either() -> None:
+    for first in (False, True):
+        source = ControllerCorrected(
+            _down(), SqueueView(runner=FailingRunner()), controller_first=first
+        )
+        with pytest.raises(AccountingError, match="slurmdbd unreachable") as got:
+            source.get_jobs(["236"])
+        assert "squeue did not answer either" in got.value.hint, got.value.hint
+        assert "munge" in got.value.hint
