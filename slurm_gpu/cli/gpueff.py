@@ -32,10 +32,15 @@ EARLY_KEY = "gpueff_early_accounting"
 
 
 def _parse_since(text: str, now_s: float) -> float:
-    """``--since``: a time before now (``3d``) or a local date (``slurm_gpu.cli.when``)."""
-    from slurm_gpu.cli.when import parse_when
+    """``--since``: a time before now (``3d``) or a local date (``slurm_gpu.cli.when``).
+    Raises ``UsageError`` for a time after ``now_s``: the listing runs from it to now, and
+    sacct refuses such a period with an error of its own."""
+    from slurm_gpu.cli.when import FORMS, parse_when
 
-    return parse_when(text, now_s=now_s, utc=False)
+    since_s = parse_when(text, now_s=now_s, utc=False)
+    if since_s > now_s:
+        raise UsageError(f"--since {text!r} is after now", hint=f"give a time before now: {FORMS}")
+    return since_s
 
 
 def _backends(ctx: click.Context, config_path: str | None) -> tuple[Any, Any, Any]:

@@ -325,12 +325,28 @@ def test_bad_config_is_exit_3(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["12ab"], ["1001", "--user", "x"], ["--since", "yesterday-ish"], ["--limit", "0"]],
+    [
+        ["12ab"],
+        ["1001", "--user", "x"],
+        ["--since", "yesterday-ish"],
+        ["--limit", "0"],
+        ["--since", "2999-01-01"],
+    ],
 )
 def test_usage_errors_are_exit_2(args: list[str]) -> None:
     res = run(args, FakeAccounting([F.job()]))
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
+
+
+def test_a_since_after_now_is_said_before_accounting_is_asked() -> None:
+    # Seen on the test cluster: `gpueff -S 2027-01-01` passed the date to sacct, which
+    # refused it ("Start time (…) requested is after end time (…)"): exit 5 and the hint
+    # "run the sacct command by hand", for a typing slip.
+    acc = FakeAccounting([F.job()])
+    res = run(["--since", "2999-01-01"], acc)
+    assert res.stderr.startswith("gpueff: --since '2999-01-01' is after now\nhint: "), res.stderr
+    assert acc.between == [] and acc.asked == []
 
 
 def test_colour_forced_on_and_no_color_respected() -> None:
