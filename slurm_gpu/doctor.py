@@ -20,11 +20,16 @@ from enum import StrEnum
 import slurm_gpu
 from slurm_gpu.accounting.base import AccountingSource
 from slurm_gpu.config import Settings
-from slurm_gpu.errors import SlurmGpuError, StoreNotCreatedError
+from slurm_gpu.errors import SlurmGpuError, StoreDeniedError, StoreNotCreatedError
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.prometheus.windows import same_host, target_host
 from slurm_gpu.telemetry.base import TelemetrySource
-from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted_reason
+from slurm_gpu.trust import (
+    UntrustedPathError,
+    open_trusted_dir,
+    open_trusted_file,
+    untrusted_reason,
+)
 
 
 class Status(StrEnum):
@@ -170,6 +175,10 @@ def check_store(open_info: Callable[[], tuple[str, int, int]]) -> Check:
     except StoreNotCreatedError as err:
         # A fresh install before the first collection, like a spool not made yet.
         return Check("store", Status.WARN, err.message, err.hint)
+    except StoreDeniedError as err:
+        if os.geteuid() != 0:  # closed to this account, as it should be: not checked
+            return Check("store", Status.WARN, err.message, RUN_AS_ROOT)
+        return Check("store", Status.FAIL, err.message, err.hint)
     except SlurmGpuError as err:
         return Check("store", Status.FAIL, err.message, err.hint)
     if version < latest:
@@ -191,17 +200,35 @@ def dir_untrusted_reason(path: str) -> str | None:
     the caller's. The rule of ``slurm_gpu.trust`` for files, applied to a directory, on the
     path as configured (never its ``realpath``).
     """
+    found = _dir_untrusted(path)
+    return None if found is None else found.reason
+
+
+def _dir_untrusted(path: str) -> UntrustedPathError | None:
+    """``dir_untrusted_reason``'s verdict, with whether the walk was refused a look."""
     try:
         fd = open_trusted_dir(path, final_link=False)
     except UntrustedPathError as exc:
-        return exc.reason
+        return exc
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        return UntrustedPathError(
+            f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        )
     return None
+
+
+def _not_for_this_account(exc: UntrustedPathError) -> bool:
+    """Whether ``exc`` only says that this account, not root, may not look: root's code reads
+    the path, and its being closed to an ordinary user is no fault of it."""
+    return exc.denied and os.geteuid() != 0
+
+
+#: The hint of a check this account cannot make.
+RUN_AS_ROOT = "closed to this account; run doctor as root to check this for real"
 
 
 def check_config(path: str | None) -> Check:
@@ -222,11 +249,16 @@ def check_config(path: str | None) -> Check:
 def check_code(python: str = sys.executable, package_file: str = slurm_gpu.__file__ or "") -> Check:
     """The interpreter and the installed package that root runs cannot be changed by another
     account (a venv in a user's home would run that user's code as root)."""
-    problems = []
+    problems: list[str] = []
+    unchecked: list[str] = []
     for what, path in (("interpreter", python), ("package", package_file)):
-        reason = untrusted_reason(path) if path else f"{what} path unknown"
-        if reason is not None:
-            problems.append(f"{what}: {reason}")
+        if not path:
+            problems.append(f"{what}: {what} path unknown")
+            continue
+        try:
+            os.close(open_trusted_file(path))
+        except UntrustedPathError as exc:
+            (unchecked if _not_for_this_account(exc) else problems).append(f"{what}: {exc.reason}")
     if problems:
         return Check(
             "code",
@@ -234,6 +266,8 @@ def check_code(python: str = sys.executable, package_file: str = slurm_gpu.__fil
             "; ".join(problems),
             "install slurm-gpu in a root-owned virtual environment (e.g. /opt/slurm-gpu)",
         )
+    if unchecked:
+        return Check("code", Status.WARN, "; ".join(unchecked), RUN_AS_ROOT)
     return Check("code", Status.OK, f"{python} and {os.path.dirname(package_file)}")
 
 
@@ -258,12 +292,14 @@ def check_state_dir(settings: Settings) -> Check:
             f"{path} does not exist yet",
             f"the collector creates it; or mkdir -m 0700 {path} now",
         )
-    reason = dir_untrusted_reason(path)
-    if reason is not None:
+    found = _dir_untrusted(path)
+    if found is not None and _not_for_this_account(found):
+        return Check("state", Status.WARN, f"{path}: {found.reason}", RUN_AS_ROOT)
+    if found is not None:
         return Check(
             "state",
             Status.FAIL,
-            f"{path}: {reason}; another account could redirect what the collector writes",
+            f"{path}: {found.reason}; another account could redirect what the collector writes",
             f"chown root:root {path} && chmod 0700 {path}",
         )
     return Check("state", Status.OK, f"{path}: root's alone")

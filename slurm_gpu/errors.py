@@ -90,6 +90,10 @@ class StoreError(SlurmGpuError):
     exit_code = 6
 
 
+class StoreDeniedError(StoreError):
+    """This account may not open the store (it is root's and ``[store] admin_group``'s)."""
+
+
 class StoreNotReadyError(StoreError):
     """The store is not ready for this release yet (not created, or behind its schema); the
     collector's next pass fixes either. The mail program waits for it like for a record."""

@@ -43,11 +43,14 @@ _HINT = (
 
 
 class UntrustedPathError(Exception):
-    """A path that another account could write or replace; ``reason`` says where."""
+    """A path that another account could write or replace; ``reason`` says where. ``denied``:
+    the walk was refused a look (EACCES, EPERM), which says nothing against the path when the
+    caller is not the account that uses it (an ordinary user running ``doctor``)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, denied: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.denied = denied
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,10 @@ def _walk(
         top = stack.pop()
         return top.fd
     except OSError as exc:
-        raise UntrustedPathError(f"cannot open {path} ({exc.strerror})") from None
+        raise UntrustedPathError(
+            f"cannot open {path} ({exc.strerror})",
+            denied=exc.errno in (errno.EACCES, errno.EPERM),
+        ) from None
     finally:
         for d in stack:
             os.close(d.fd)

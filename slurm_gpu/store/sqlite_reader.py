@@ -14,13 +14,19 @@ collector commits.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from slurm_gpu.errors import StoreBehindError, StoreError, StoreNotCreatedError
+from slurm_gpu.errors import (
+    StoreBehindError,
+    StoreDeniedError,
+    StoreError,
+    StoreNotCreatedError,
+)
 from slurm_gpu.store import rows
 from slurm_gpu.store.rows import StoredJob
 from slurm_gpu.store.urls import readonly_uri
@@ -80,7 +86,8 @@ class SqliteReader:
             ) from None
         except OSError as exc:
             # Not "not created": the mail program would wait for it forever.
-            raise StoreError(
+            denied = exc.errno in (errno.EACCES, errno.EPERM)
+            raise (StoreDeniedError if denied else StoreError)(
                 f"store {path}: {exc.strerror}",
                 hint="the store is readable by root and [store] admin_group only; users get "
                 "their own ended jobs from the report files the collector writes for them "

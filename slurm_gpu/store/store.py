@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,7 +33,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from slurm_gpu.errors import StoreError, StoreNotCreatedError
+from slurm_gpu.errors import StoreDeniedError, StoreError, StoreNotCreatedError
 from slurm_gpu.records import (
     GpuSummary,
     JobRecord,
@@ -399,7 +400,8 @@ def open_engine(url: str, *, busy_timeout_s: float = 30.0, create: bool = True) 
                         "creates it",
                     ) from None
                 except OSError as exc:
-                    raise StoreError(
+                    denied = exc.errno in (errno.EACCES, errno.EPERM)
+                    raise (StoreDeniedError if denied else StoreError)(
                         f"store {path}: {exc.strerror}",
                         hint="the store is readable by root and [store] admin_group only; "
                         "run this as one of them",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -335,3 +339,56 @@ def test_slurm_conf_file_lines_and_prolog_directories(tmp_path: Path) -> None:
     result = doctor.check_slurm_conf(text, "/etc/slurm/slurm.conf")
     assert result.status is doctor.Status.OK, result
     assert doctor.check_slurm_conf(None, "scontrol cannot be run").status is doctor.Status.WARN
+
+
+def _checks_as_nobody(state: Path, store: Path) -> dict[str, tuple[str, str]]:
+    """``check_state_dir``, ``check_store`` and ``check_code`` run as uid 65534: name ->
+    (status, detail + hint)."""
+    code = (
+        "import json, sys\n"
+        "from slurm_gpu import doctor\n"
+        "from slurm_gpu.config import parse_settings\n"
+        "from slurm_gpu.store.store import Store\n"
+        "state, store = sys.argv[1:3]\n"
+        "s = parse_settings({'paths': {'state_dir': state}}, path=None)\n"
+        "def info():\n"
+        "    with Store.open('sqlite:///' + store, migrate=False) as st:\n"
+        "        return ('x', 1, 1)\n"
+        "out = {}\n"
+        "for c in (doctor.check_state_dir(s), doctor.check_store(info), doctor.check_code()):\n"
+        "    out[c.name] = (c.status.value, f'{c.detail} {c.hint}')\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(state), str(store)],
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"},
+        cwd="/",
+        user=65534,
+        group=65534,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return {k: tuple(v) for k, v in json.loads(proc.stdout).items()}  # type: ignore[misc]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to another uid")
+def test_as_an_ordinary_user_what_it_may_not_open_is_not_a_fault() -> None:
+    # Seen as sgtest1 on the test cluster: "fail state … cannot open … (Permission denied);
+    # another account could redirect what the collector writes" for root's 0700 state
+    # directory, and "fail code" and "fail store" alike: the directory was safe, the user
+    # may not look. Such checks say they need root, as the log and visibility checks did.
+    top = Path(tempfile.mkdtemp(prefix="doctor-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        state = top / "state"
+        state.mkdir(mode=0o700)
+        got = _checks_as_nobody(state, state / "slurm-gpu.db")
+    finally:
+        subprocess.run(["rm", "-rf", str(top)], check=False)
+    for name in ("state", "store"):
+        status, text = got[name]
+        assert status == "warn", (name, got[name])
+        assert "run doctor as root" in text and "redirect" not in text, (name, text)
+    assert got["code"][0] in ("ok", "warn"), got["code"]
