@@ -61,10 +61,17 @@ def expand_tasks(text: str) -> frozenset[int]:
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) else lo
         step = int(m.group(3)) if m.group(3) else 1
-        if hi < lo or step < 1 or (hi - lo) // step + len(tasks) >= MAX_RANGE_TASKS:
+        if hi < lo or step < 1:
             raise UsageError(
                 f"{text!r} is not a range of array tasks",
                 hint="a range goes up (1-5), with a positive step (1-11:2)",
+            )
+        named = (hi - lo) // step + 1 + len(tasks)
+        if named > MAX_RANGE_TASKS:
+            raise UsageError(
+                f"{text!r} names {named:,} tasks",
+                hint=f"no array has more than {MAX_RANGE_TASKS:,} (Slurm's largest MaxArraySize); "
+                "give the tasks you want, or the array's id alone for all of them",
             )
         tasks.update(range(lo, hi + 1, step))
     return frozenset(tasks)
