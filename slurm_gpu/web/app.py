@@ -96,7 +96,10 @@ def default_backends(settings: Settings) -> Backends:
 
     return Backends(
         accounting=lambda: make_accounting(settings),
-        reader=lambda: StoreAndSpoolReader(settings, spark_points=48),
+        # As gpueff's: an ended job the store does not hold, or a store closed to the viewer
+        # (the page run as the user, under Open OnDemand), is "not collected yet", one job's
+        # answer, never the page's error.
+        reader=lambda: StoreAndSpoolReader(settings, spark_points=48, answer_uncollected=True),
         timelines=timelines,
         visibility=visibility,
     )

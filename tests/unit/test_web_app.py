@@ -193,3 +193,40 @@ def test_recommendations_live_actions_and_live_jobs_are_shown(tmp_path: Path) ->
     assert "Live policy" in html and "warned" in html
     assert '<meta http-equiv="refresh" content="60">' in html
     assert 'href="https://grafana.example.org/d/slurm-gpu-job?var-job_id=1001"' in html
+
+
+def test_a_store_closed_to_the_viewer_is_not_the_pages_error(tmp_path: Path) -> None:
+    # Seen as sgtest1 running the page (Open OnDemand's deployment: the page runs as the
+    # user, the SQLite store is root's): their newest job, ended and not collected yet, was a
+    # 503 "store …: Permission denied", and so was the list of their recent jobs, where
+    # `gpueff` says "not collected yet" and lists every job.
+    from dataclasses import replace
+
+    from slurm_gpu.config import parse_settings
+    from slurm_gpu.web.app import default_backends
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    settings = parse_settings(
+        {
+            "paths": {"state_dir": str(tmp_path), "spool_dir": str(tmp_path / "spool")},
+            "store": {"url": f"sqlite:///{blocker}/slurm-gpu.db"},  # cannot be opened
+            "gpueff": {"min_elapsed_s": 30, "cache_reports": False},
+            "web": {"identity": "remote_user"},
+        },
+        path=None,
+    )
+    newest = W.jobs()[0][0]
+    be = replace(
+        default_backends(settings),
+        accounting=lambda: W.ServiceAccounting([newest]),
+        visibility=lambda: W.PRIVATE,
+        now=lambda: 1_700_010_000.0,
+    )
+    client = create_app(settings, be).test_client()
+    page = get(client, "/job/1001")
+    assert page.status_code == 200, page.get_data(as_text=True)
+    assert "not been collected yet" in page.get_data(as_text=True)
+    listing = get(client, "/")
+    assert listing.status_code == 200, listing.get_data(as_text=True)
+    assert 'href="/job/1001"' in listing.get_data(as_text=True)
