@@ -263,3 +263,17 @@ def test_the_label_names_the_node_summary_as_source() -> None:
     assert status_label(base, now_s=1012.0).endswith("from the node's live summary, 12 s old")
     prom = replace(base, live_source=LIVE_SOURCE_PROMETHEUS)
     assert status_label(prom, now_s=1012.0).endswith("from Prometheus, 12 s old")
+
+
+def test_json_of_series_dated_ahead_has_no_age_and_keeps_the_schema(
+    tmp_path: Path, prom: FakePrometheus
+) -> None:
+    prom.series = gpu_series("2001", "node1", "GPU-a", 50.0, time.time() + 3600)
+    job = running(nodes=("node1",))
+    res = gpueff(login_config(tmp_path, prom.url), ["--json", "2001"], FakeAccounting([job]))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    [j] = doc["jobs"]
+    assert j["live_updated_s"] is None and j["gpus"][0]["duty_mean_pct"] is None
+    assert "ahead of this host's clock" in " ".join(j["notes"])
