@@ -100,13 +100,22 @@ def _last_summary(tmp_path: Path, *, updated_s: float) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "updated_s",
+    [
+        1700003690.0,  # 10 s before the job's end
+        # 2 min after it: the sampler writes until the epilog stops it, minutes after the end
+        # on a slow node; later than the job's end is not "ahead of the clock" (only now is).
+        1700003820.0,
+    ],
+)
 def test_the_nodes_last_live_summary_is_shown_while_not_collected(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, updated_s: float
 ) -> None:
-    _last_summary(tmp_path, updated_s=1700003690.0)  # 10 s before the job's end
+    _last_summary(tmp_path, updated_s=updated_s)
     res = _gpueff(tmp_path, monkeypatch, "1001")
     assert res.exit_code == 0, res.output
-    assert "not been collected yet" in res.output
+    assert "not been collected yet" in res.output and "ahead" not in res.output
     assert "node1:0" in res.output and "91 %" in res.output and "3.87 Wh" in res.output
     assert "x NVIDIA A100-SXM4-40GB" in res.output
 
@@ -120,17 +129,6 @@ def test_a_summary_that_stopped_long_before_the_jobs_end_is_unknown(
     assert res.exit_code == 0, res.output
     assert "node1:0" in res.output and "91 %" not in res.output and "3.87 Wh" not in res.output
     assert "its live summary is 01:00:00 old" in res.output, res.output
-
-
-def test_a_summary_written_after_the_jobs_end_is_shown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The sampler writes until the epilog stops it, minutes after the end on a slow node:
-    # later than the job's end is not "ahead of the clock" while it is not later than now.
-    _last_summary(tmp_path, updated_s=1700003820.0)  # 2 min after the job's end
-    res = _gpueff(tmp_path, monkeypatch, "1001")
-    assert res.exit_code == 0, res.output
-    assert "91 %" in res.output and "ahead" not in res.output, res.output
 
 
 def test_the_mail_programs_reader_still_waits_for_the_record(tmp_path: Path) -> None:
