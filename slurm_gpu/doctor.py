@@ -52,6 +52,10 @@ class Check:
 #: writes ~0.5 KB per reading per node at 8 GPUs, so 100 MiB holds ~2 days of one 8-GPU job).
 MIN_SPOOL_FREE_BYTES = 100 * 1024 * 1024
 
+#: The hint of a check this account cannot make.
+RUN_AS_ROOT = "closed to this account; run doctor as root to check this for real"
+
+
 #: The spool root's mode: root's alone, not even traversable by others.
 SPOOL_ROOT_MODE = 0o700
 
@@ -225,10 +229,6 @@ def _not_for_this_account(exc: UntrustedPathError) -> bool:
     """Whether ``exc`` only says that this account, not root, may not look: root's code reads
     the path, and its being closed to an ordinary user is no fault of it."""
     return exc.denied and os.geteuid() != 0
-
-
-#: The hint of a check this account cannot make.
-RUN_AS_ROOT = "closed to this account; run doctor as root to check this for real"
 
 
 def check_config(path: str | None) -> Check:

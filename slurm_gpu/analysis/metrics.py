@@ -577,8 +577,8 @@ def _spread(values: Sequence[float]) -> float | None:
 
 def _fmean(values: Iterable[float]) -> float:
     """``statistics.fmean`` (the same ``fsum`` over the count) without importing
-    ``statistics`` (with ``fractions`` and ``decimal``, about 5 ms of every ``gpueff``'s start,
-    docs/performance.md). ``values`` must not be empty."""
+    ``statistics``, which brings ``fractions`` and ``decimal`` into every ``gpueff``'s start.
+    ``values`` must not be empty."""
     data = list(values)
     return math.fsum(data) / len(data)
 
