@@ -24,12 +24,7 @@ from slurm_gpu.errors import SlurmGpuError, StoreDeniedError, StoreNotCreatedErr
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.prometheus.windows import same_host, target_host
 from slurm_gpu.telemetry.base import TelemetrySource
-from slurm_gpu.trust import (
-    UntrustedPathError,
-    open_trusted_dir,
-    open_trusted_file,
-    untrusted_reason,
-)
+from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted, untrusted_reason
 
 
 class Status(StrEnum):
@@ -252,13 +247,11 @@ def check_code(python: str = sys.executable, package_file: str = slurm_gpu.__fil
     problems: list[str] = []
     unchecked: list[str] = []
     for what, path in (("interpreter", python), ("package", package_file)):
-        if not path:
-            problems.append(f"{what}: {what} path unknown")
-            continue
-        try:
-            os.close(open_trusted_file(path))
-        except UntrustedPathError as exc:
-            (unchecked if _not_for_this_account(exc) else problems).append(f"{what}: {exc.reason}")
+        found = untrusted(path) if path else UntrustedPathError(f"{what} path unknown")
+        if found is not None:
+            (unchecked if _not_for_this_account(found) else problems).append(
+                f"{what}: {found.reason}"
+            )
     if problems:
         return Check(
             "code",

@@ -240,13 +240,20 @@ def open_trusted_dir(
     )
 
 
-def untrusted_reason(path: str) -> str | None:
-    """Why ``path`` is not a trusted file, or None when it is (see the module docstring)."""
+def untrusted(path: str) -> UntrustedPathError | None:
+    """Why ``path`` is not a trusted file (with whether the walk was refused a look), or None
+    when it is (see the module docstring)."""
     try:
         os.close(open_trusted_file(path))
     except UntrustedPathError as exc:
-        return exc.reason
+        return exc
     return None
+
+
+def untrusted_reason(path: str) -> str | None:
+    """Why ``path`` is not a trusted file, or None when it is (see the module docstring)."""
+    found = untrusted(path)
+    return None if found is None else found.reason
 
 
 def untrusted_dir_reason(path: str, *, check_final: bool = True) -> str | None:

@@ -423,6 +423,13 @@ def _int(value: Any) -> int | None:
 CLOCK_AHEAD_TOLERANCE_S = 5.0
 
 
+#: What a spool summary that is not current says of the cause, by ``_not_current``'s kind.
+_WHY_NOT_CURRENT = {
+    "old": "its sampler stopped writing, or the node is gone",
+    "ahead": "a clock is wrong, so how old it is cannot be told",
+}
+
+
 def _not_current(
     updated_s: float, ref_s: float, clock_s: float, stale_after_s: float
 ) -> tuple[str, str]:
@@ -479,21 +486,15 @@ def telemetry_from_live(
         u = _num(summary.get("updated_s"))
         kind, why = ("", "") if u is None else _not_current(u, now_s, clock_s, stale_after_s)
         stale = bool(kind)
-        if u is not None:
-            if kind != "ahead":  # an age that can be told
-                updated.append(u)
-            if kind == "old":
-                notes.append(
-                    f"{host}: its live summary is {why} (its sampler stopped writing, or the "
-                    "node is gone); its GPUs are shown as unknown"
-                )
-            elif kind == "ahead":
-                notes.append(
-                    f"{host}: its live summary is {why} (a clock is wrong, so how old it is "
-                    "cannot be told); its GPUs are shown as unknown"
-                )
-            else:
+        if u is not None and kind != "ahead":  # an age that can be told
+            updated.append(u)
+            if not stale:
                 fresh_updated.append(u)
+        if stale:
+            notes.append(
+                f"{host}: its live summary is {why} ({_WHY_NOT_CURRENT[kind]}); "
+                "its GPUs are shown as unknown"
+            )
         for i, g in enumerate(summary.get("gpus") or ()):
             samples = _int(g.get("samples"))
             idle = _int(g.get("idle_samples"))
