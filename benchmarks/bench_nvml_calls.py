@@ -85,6 +85,16 @@ FIELD_LATENCY_US: dict[int, float] = {
 ENERGY_FIELD = 83
 
 
+def _pynvml_version() -> str:
+    """The installed nvidia-ml-py's version (the module, not where this machine keeps it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-ml-py")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def batch_us(ids: tuple[int, ...]) -> float:
     """Modelled latency of one field batch."""
     if ENERGY_FIELD in ids:
@@ -201,7 +211,7 @@ def main() -> None:
     print(f"### NVML calls per GPU-sample ({args.source_file or 'this tree'}, "
           f"counters every {args.counters_every} readings)\n")  # fmt: skip
     print(f"{platform.node()}, {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}, pynvml {pynvml.__file__}; "
+          f"Python {platform.python_version()}, nvidia-ml-py {_pynvml_version()}; "
           f"{args.readings} readings after 3 warm-up readings; no real GPU: the NVML time is "
           "a MODEL (call counts times latencies measured on an H100).\n")  # fmt: skip
     print("| profile | calls per GPU-sample | modelled NVML time per GPU-sample: mean "
