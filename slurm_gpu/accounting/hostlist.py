@@ -32,6 +32,13 @@ def expand_hostlist(expr: str) -> tuple[str, ...]:
     expr = expr.strip()
     if expr in _EMPTY:
         return ()
+    if "[" not in expr and "]" not in expr:
+        # Plain names (a job on one node, most of them): what the general path gives them,
+        # without its walk over every character.
+        names = [name for item in expr.split(",") if (name := item.strip())]
+        if len(names) > MAX_HOSTS:
+            raise AccountingError(f"host list {_shown(expr)} names more than {MAX_HOSTS} hosts")
+        return tuple(names)
     out: list[str] = []
     for item in _split_top_level(expr):
         parts = _parse_one(item, expr)
