@@ -173,3 +173,32 @@ def test_an_id_not_returned_exits_4_with_its_lines_and_no_teardown(
 def test_a_reader_gone_before_the_report_gets_exit_130_and_no_noise(stored: Path) -> None:
     code, _, err = _entry(stored / "config.toml", ["1001"], close_stdout=True)
     assert (code, err) == (130, "")
+
+
+def test_the_short_path_runs_without_the_cyclic_collector_and_the_full_command_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The click-free path imports the report's modules and renders single jobs, then ends
+    the process: it needs no collections over its import-time objects
+    (``docs/performance.md``). The full command (a user's jobs over weeks) keeps it."""
+    import gc
+
+    seen: dict[str, bool] = {}
+
+    def short(args: list[str], started: list[object]) -> None:
+        seen["short"] = gc.isenabled()
+        return None
+
+    def full(early: object = None) -> None:
+        seen["full"] = gc.isenabled()
+
+    import slurm_gpu.cli.gpueff as full_mod
+
+    monkeypatch.setattr(gpueff_entry, "fast_path", short)
+    monkeypatch.setattr(full_mod, "main", full)
+    assert gc.isenabled()
+    try:
+        gpueff_entry.main()
+    finally:
+        gc.enable()
+    assert seen == {"short": False, "full": True}
