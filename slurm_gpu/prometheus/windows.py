@@ -172,10 +172,10 @@ def assemble(
         key = _key(s)
         if key is not None:
             current.setdefault(key, set()).add(_source(s, target_label))
-    # The answers hold a series per job or per GPU (71,500 samples for 10,000 running jobs of
-    # 2 GPUs, one in a hundred idle): the loop does only what differs between samples. A key is looked up as it
-    # stands: ``current`` holds only keys ``_key`` accepted, so another answer's sample with a
-    # malformed job id or no host is dropped by that lookup alone.
+    # The answers hold a series per job or per GPU (71,500 samples for 10,000 running jobs
+    # of 2 GPUs, one in a hundred idle): the loop does only what differs between samples. A
+    # key is looked up as it stands: ``current`` holds only keys ``_key`` accepted, so
+    # another answer's sample with a malformed job id or no host is dropped by that lookup.
     parts: dict[tuple[str, str], _Part] = {}
     for what, samples in answers.items():
         is_index, is_last = what == "gpu_index", what == "last"
