@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 
 from slurm_gpu.accounting.runner import CommandRunner
 from slurm_gpu.errors import AccountingError, MailError
-from slurm_gpu.gcpace import fewer_collections
+from slurm_gpu.gcpace import with_fewer_collections
 from slurm_gpu.live.allocation import running_gpu_jobs
 from slurm_gpu.live.policy import Decision, PolicyConfig, decide
 from slurm_gpu.notify.message import clean_subject, recipient_address
@@ -175,6 +175,7 @@ def _log_decisions(decisions: Sequence[Decision]) -> None:
             log.info("job %s: %s (%s: %s)%s", d.job_id, d.action, d.rule, d.reason, skew)
 
 
+@with_fewer_collections
 def run_pass(
     load_windows: Callable[[], Sequence[PartWindow]],
     runner: CommandRunner,
@@ -192,19 +193,6 @@ def run_pass(
     from Prometheus (71,500 samples for 10,000 jobs of 2 GPUs) while it builds their
     windows, objects without reference cycles that collections at the default thresholds
     scanned again and again (1.7-1.9 s of a pass's 4.1-5.6 s of CPU, docs/performance.md)."""
-    with fewer_collections():
-        return _pass(load_windows, runner, engine, mailer, cfg, opts, now_s)
-
-
-def _pass(
-    load_windows: Callable[[], Sequence[PartWindow]],
-    runner: CommandRunner,
-    engine: Engine,
-    mailer: Mailer | None,
-    cfg: PolicyConfig,
-    opts: PoliceOptions,
-    now_s: float,
-) -> PassResult:
     parts = load_windows()
     slurm = running_gpu_jobs(runner, opts.slurm_bin, opts.timeout_s)
     past = actions_for(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from slurm_gpu.gcpace import fewer_collections
+from slurm_gpu.gcpace import with_fewer_collections
 from slurm_gpu.prometheus.client import PrometheusClient, Sample
 from slurm_gpu.records import LiveGpu, LiveJob
 
@@ -67,6 +67,7 @@ _RATIO_FIELDS = {"utilization_pct", "utilization_recent_pct"}
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes", "memory_used_max_bytes"}
 
 
+@with_fewer_collections
 def live_jobs(client: PrometheusClient, job_id: str | None = None) -> list[LiveJob]:
     """Every running job's GPUs as Prometheus holds them now, one ``LiveJob`` per job and
     host; with ``job_id`` (a raw id), that job's only (``gpueff``: the query names the one
@@ -74,11 +75,6 @@ def live_jobs(client: PrometheusClient, job_id: str | None = None) -> list[LiveJ
     ignored. Built with fewer garbage collections (``gcpace``): at 10,000 jobs of 2 GPUs the
     answers are 180,000 samples, which collections at the default thresholds scanned again
     and again (a quarter of the CPU, ``docs/performance.md``)."""
-    with fewer_collections():
-        return _live_jobs(client, job_id)
-
-
-def _live_jobs(client: PrometheusClient, job_id: str | None) -> list[LiveJob]:
     series, rule, expr = (
         (VIEW_SERIES, RECENT_RULE, RECENT_EXPR) if job_id is None else job_queries(job_id)
     )
