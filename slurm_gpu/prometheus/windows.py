@@ -185,9 +185,7 @@ def assemble(
             served = current.get(key)
             if served is None:
                 continue
-            source = (
-                labels.get("instance", ""), labels.get("job", ""), labels.get(target_label, "")
-            )  # fmt: skip
+            source = _source(s, target_label)
             if source not in served:
                 continue
             p = parts.get(key)
