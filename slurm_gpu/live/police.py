@@ -192,7 +192,7 @@ def run_pass(
     The pass runs with fewer garbage collections (``gcpace``): it holds every job's answers
     from Prometheus (71,500 samples for 10,000 jobs of 2 GPUs) while it builds their
     windows, objects without reference cycles that collections at the default thresholds
-    scanned again and again (1.7-1.9 s of a pass's 4.1-5.6 s of CPU, docs/performance.md)."""
+    scanned again and again (a third or more of a pass's CPU, docs/performance.md)."""
     parts = load_windows()
     slurm = running_gpu_jobs(runner, opts.slurm_bin, opts.timeout_s)
     past = actions_for(

@@ -86,8 +86,8 @@ def test_the_collectors_pass_runs_under_it(
 
 def test_the_live_policys_pass_runs_under_it(tmp_path: pathlib.Path) -> None:
     """A pass over 10,000 running jobs holds 71,500 Prometheus samples while it builds the
-    jobs' windows: at the default thresholds 1.7-1.9 s of its 4.1-5.6 s of CPU went to
-    collections (``docs/performance.md``)."""
+    jobs' windows: at the default thresholds a third or more of its CPU went to collections
+    (``docs/performance.md``)."""
     from slurm_gpu.accounting.runner import CommandResult
     from slurm_gpu.live.police import PoliceOptions, run_pass
     from slurm_gpu.live.policy import PolicyConfig
@@ -132,7 +132,7 @@ def test_the_weekly_reports_scans_run_under_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
     """The weekly report folds a week's rows in chunks while two other readers run: at the
-    default thresholds 0.6 s of a 100,000-job week's aggregation went to collections."""
+    default thresholds 0.5-0.6 s of a 100,000-job week's aggregation went to collections."""
     from slurm_gpu.store import Store
     from slurm_gpu.weekly import aggregate
     from slurm_gpu.weekly.model import Period
