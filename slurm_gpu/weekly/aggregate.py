@@ -269,7 +269,9 @@ def build_report(
         # Three readers at once, each on its own connection: the week's rows are read ahead
         # (slurm_gpu.weekly.prefetch) while this thread folds them, and the previous week and
         # the flagged GPUs are read and folded on a second thread. The databases execute
-        # statements without holding the GIL, so a second core is put to work. A store in
+        # statements without holding the GIL, so a second core is put to work: mostly by the
+        # second thread's statements, as SQLite steps a grouped statement's rows one by one
+        # under the GIL once it has joined and sorted them (docs/report.md). A store in
         # memory has no second connection to it: read in turn. The rows of a chunk and the
         # running totals hold no reference cycles: fewer collections (``gcpace``), which at
         # the default thresholds took 0.5-0.6 s of a 100,000-job week (docs/performance.md).
