@@ -4,8 +4,8 @@ The database driver executes a statement without holding Python's GIL, so while 
 folds one chunk of rows in Python the next chunks can be computed on another core. That holds
 for PostgreSQL, whose server computes rows in its own process; SQLite does a grouped
 statement's join and sort before its first row, then steps out one row at a time, taking the
-GIL back at each step, so there it overlaps little (docs/performance.md). At most ``depth``
-chunks wait in the queue: memory stays a few chunks, whatever the period.
+GIL back at each step, so there it overlaps nothing measurable (docs/performance.md). At most
+``depth`` chunks wait in the queue: memory stays a few chunks, whatever the period.
 """
 
 from __future__ import annotations
