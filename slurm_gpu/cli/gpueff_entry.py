@@ -197,7 +197,7 @@ def main() -> None:
     # This path imports the report's modules, renders single jobs and ends the process
     # (``_leave``): what it allocates is bounded, so the cyclic collector's 38 young and 3
     # middle passes over the import-time objects (which freed 328 objects of a running job's
-    # report, all freed by the process's end anyway) are not made: 12.6 ms less in the median
+    # report, all freed by the process's end anyway) are not made: 8.8 ms less in the median
     # of 25 paired runs (docs/performance.md). The full command (a user's jobs over weeks)
     # runs with it.
     gc.disable()

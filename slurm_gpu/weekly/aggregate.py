@@ -274,7 +274,7 @@ def build_report(
         # under the GIL once it has joined and sorted them (docs/report.md). A store in
         # memory has no second connection to it: read in turn. The rows of a chunk and the
         # running totals hold no reference cycles: fewer collections (``gcpace``), which at
-        # the default thresholds took 0.48 s of a 100,000-job week (docs/performance.md).
+        # the default thresholds took 0.52 s of a 100,000-job week (docs/performance.md).
         alone = prefetch.in_memory(engine)
         with (
             fewer_collections(),

@@ -132,7 +132,7 @@ def test_the_weekly_reports_scans_run_under_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
     """The weekly report folds a week's rows in chunks while two other readers run: at the
-    default thresholds 0.48 s of a 100,000-job week's aggregation went to collections."""
+    default thresholds 0.52 s of a 100,000-job week's aggregation went to collections."""
     from slurm_gpu.store import Store
     from slurm_gpu.weekly import aggregate
     from slurm_gpu.weekly.model import Period
