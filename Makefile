@@ -60,13 +60,17 @@ venv: $(STAMP) $(UPLOT)
 $(UPLOT): share/web/fetch-uplot
 	share/web/fetch-uplot
 
-# Re-installs only when the packaging metadata changed since the last install.
+# Re-installs only when the packaging metadata changed since the last install. The editable
+# install is setuptools' compat mode: a path in a .pth file. Its default mode adds an import
+# hook that every interpreter of the virtualenv imports at start (with pathlib and more), which a
+# wheel install never has; the hooks, gpueff and the benchmarks start interpreters from here
+# (docs/performance.md, "The development install's start-up").
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
 	    echo "make: cannot create $(VENV); run 'make deps' (python3-venv)" >&2; exit 1; }
 	@echo "installing slurm-gpu[$(EXTRAS)] into $(VENV) (output shown only on failure) ..."
 	@$(call quiet,$(VENV)/bin/python -m pip install --upgrade pip)
-	@$(call quiet,$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]')
+	@$(call quiet,$(VENV)/bin/python -m pip install --config-settings editable_mode=compat -e '.[$(EXTRAS)]')
 	@rm -f $(VENV)/.installed-*
 	touch $@
 
