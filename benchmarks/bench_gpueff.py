@@ -15,7 +15,8 @@ collector wrote for the owner alone answers, the store being closed to users),
 ``gpueff JOBID`` as another ordinary user (``--other-user``: asks sacct, the path of every
 non-owner; under ``PrivateData=jobs`` the answer is "not found", exit 4), each ``--also`` job
 of the owner's that the store does not answer (running: the controller answers, ``squeue``
-alone; or ended and not collected yet: accounting answers) next to ``seff`` on it,
+alone; or ended and not collected yet: accounting answers) next to ``seff`` on it (``--running``
+and ``--ended`` submit one of each as ``--user``),
 the interpreter floor (``python -c pass``, ``python -S -c pass``), ``gpueff --version``
 (interpreter, click and settings), the ``sacct`` call gpueff makes on the sacct path and (with
 ``--running``) the ``squeue`` call it makes for a running job, each timed alone. It also counts
@@ -158,6 +159,13 @@ def main() -> int:
         help="also submit a one-GPU job as --user that sleeps, time gpueff and seff on it while "
         "it runs (as --also), and cancel it at the end",
     )
+    ap.add_argument(
+        "--ended",
+        action="store_true",
+        help="also submit a one-GPU job as --user that ends at once, and time gpueff and seff on "
+        "it once accounting shows it ended (as --also): the owner's newest job before the "
+        "collector has stored it, which accounting answers",
+    )
     args = ap.parse_args()
     if not args.seff:
         ap.error("seff not found: pass --seff PATH")
@@ -165,6 +173,9 @@ def main() -> int:
     args.running_id = running
     if running is not None:
         args.also.append(running)
+    args.ended_id = _submit_ended(args.user) if args.ended else None
+    if args.ended_id is not None:
+        args.also.append(args.ended_id)
     try:
         return _bench(args)
     finally:
@@ -209,6 +220,27 @@ def _submit_running(user: str | None) -> str:
         time.sleep(1)
     subprocess.run(["scancel", job_id], check=False)
     raise SystemExit(f"job {job_id} did not start within 120 s")
+
+
+def _submit_ended(user: str | None) -> str:
+    """The id of a job of ``user``'s on one GPU that has ended, once accounting says so (the
+    collector has not stored it: the test cluster runs it only when asked)."""
+    argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=5", "--wrap=sleep 1"]
+    full = ["runuser", "-u", user, "--", *argv] if user else argv
+    job = subprocess.run(full, capture_output=True, text=True, check=True, cwd="/tmp")
+    job_id = job.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
+            return job_id
+        time.sleep(1)
+    subprocess.run(["scancel", job_id], check=False)
+    raise SystemExit(f"job {job_id} did not end within 120 s")
 
 
 @contextlib.contextmanager
@@ -384,11 +416,12 @@ def _bench(args: argparse.Namespace) -> int:
     for g_name, s_name in pairs:
         each = statistics.median(times[g_name]) / statistics.median(times[s_name])
         job = g_name.split("job ", 1)[1].split(":", 1)[0]
-        kind = (
-            "running: the controller answers"
-            if job == args.running_id
-            else "not answered by the store"
-        )
+        if job == args.running_id:
+            kind = "running: the controller answers"
+        elif job == args.ended_id:
+            kind = "ended, not collected yet: accounting answers"
+        else:
+            kind = "not answered by the store"
         print(
             target_line(
                 f"`gpueff` as owner, job {job} ({kind}; median wall)",

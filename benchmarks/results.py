@@ -57,7 +57,7 @@ FULL_ARGS: dict[str, list[str]] = {
     "bench_collect.py": ["--jobs", "1000", "--gpus", "1", "4", "--repeat", "3"],
     "bench_gpueff.py": [
         *("--runs", "11", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"),
-        *("--user", "sgtest1", "--running"),
+        *("--user", "sgtest1", "--running", "--ended"),
     ],
     "bench_report.py": [
         "--sizes",
