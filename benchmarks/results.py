@@ -36,7 +36,10 @@ SMOKE_ARGS: dict[str, list[str]] = {
     "bench_collect.py": ["--jobs", "20", "--gpus", "1", "--repeat", "1"],
     "bench_epilog.py": ["--smoke"],
     "bench_exporter.py": ["--scrapes", "20"],
-    "bench_gpueff.py": ["--runs", "1", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"],
+    "bench_gpueff.py": [
+        *("--runs", "1", "--job", "{job}", "--config", "{tc_root}/slurm-gpu.toml"),
+        *("--running", "--ended"),
+    ],
     "bench_lab_latency.py": ["--jobs", "2"],
     "bench_nvml_calls.py": ["--readings", "20"],
     "bench_pg_transport.py": ["--jobs", "30", "--gpus", "1", "--repeat", "1"],

@@ -48,3 +48,8 @@ def test_benchmark_runs_at_a_tiny_size_on_the_cluster(script: str, completed_job
         # The import breakdown ran in its own interpreters and printed its table.
         assert "import probe failed" not in proc.stdout, proc.stdout[-2000:]
         assert "| of the total: building" in proc.stdout, proc.stdout[-2000:]
+        # The jobs it submits itself were timed: one running, one ended and not collected.
+        assert "(running: the controller answers; median wall)" in proc.stdout, proc.stdout[-2000:]
+        assert "(ended, not collected yet: accounting answers; median wall)" in proc.stdout, (
+            proc.stdout[-2000:]
+        )
