@@ -44,7 +44,9 @@ def test_makefile_installs_in_compat_editable_mode() -> None:
     assert "editable_mode=compat" in text
 
 
-@pytest.mark.skipif(not _installed_from_checkout(), reason="slurm_gpu not installed from this checkout")
+@pytest.mark.skipif(
+    not _installed_from_checkout(), reason="slurm_gpu not installed from this checkout"
+)
 def test_the_virtualenv_starts_without_an_import_hook() -> None:
     seen = _fresh_interpreter()
     modules = seen["modules"]
