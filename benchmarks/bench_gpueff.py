@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
@@ -203,44 +203,47 @@ _REPORT_IMPORTS = (
 )
 
 
-def _submit_running(user: str | None) -> str:
-    """The id of a job of ``user``'s that sleeps on one GPU, once Slurm says it runs."""
-    argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=30", "--wrap=sleep 1500"]
+def _submit(user: str | None, wrap: str, limit_min: int, reached: Callable[[str], bool]) -> str:
+    """The id of a one-GPU job of ``user``'s running ``wrap``, once ``reached(job_id)`` says
+    it is in the state wanted (asked every second for up to 120 s; else cancelled)."""
+    argv = ["sbatch", "--parsable", "--gres=gpu:1", f"--time={limit_min}", f"--wrap={wrap}"]
     full = ["runuser", "-u", user, "--", *argv] if user else argv
     job = subprocess.run(full, capture_output=True, text=True, check=True, cwd="/tmp")
     job_id = job.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        state = subprocess.run(
-            ["squeue", "-h", "-o", "%T", "-j", job_id], capture_output=True, text=True
-        ).stdout.strip()
-        if state == "RUNNING":
-            time.sleep(2)  # its prolog has run: accounting has its start
+        if reached(job_id):
             return job_id
         time.sleep(1)
     subprocess.run(["scancel", job_id], check=False)
-    raise SystemExit(f"job {job_id} did not start within 120 s")
+    raise SystemExit(f"job {job_id} did not reach its state within 120 s")
+
+
+def _output(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _submit_running(user: str | None) -> str:
+    """The id of a job of ``user``'s that sleeps on one GPU, once Slurm says it runs."""
+
+    def running(job_id: str) -> bool:
+        if _output(["squeue", "-h", "-o", "%T", "-j", job_id]) != "RUNNING":
+            return False
+        time.sleep(2)  # its prolog has run: accounting has its start
+        return True
+
+    return _submit(user, "sleep 1500", 30, running)
 
 
 def _submit_ended(user: str | None) -> str:
     """The id of a job of ``user``'s on one GPU that has ended, once accounting says so (the
     collector has not stored it: the test cluster runs it only when asked)."""
-    argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=5", "--wrap=sleep 1"]
-    full = ["runuser", "-u", user, "--", *argv] if user else argv
-    job = subprocess.run(full, capture_output=True, text=True, check=True, cwd="/tmp")
-    job_id = job.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        state = subprocess.run(
-            ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
-            return job_id
-        time.sleep(1)
-    subprocess.run(["scancel", job_id], check=False)
-    raise SystemExit(f"job {job_id} did not end within 120 s")
+
+    def ended(job_id: str) -> bool:
+        state = _output(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id])
+        return bool(state) and state not in ("PENDING", "RUNNING", "COMPLETING")
+
+    return _submit(user, "sleep 1", 5, ended)
 
 
 @contextlib.contextmanager
