@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import site
 import statistics
 import subprocess
@@ -128,9 +129,12 @@ def nvml_calls(readings: int, spacing_s: float, backend: str) -> dict[str, Any]:
 
         FakeDriver("r570_h100").install(pynvml)
     book = _instrument(pynvml)
+    from slurm_gpu.config import TelemetrySettings
+    from slurm_gpu.telemetry import counters_every
     from slurm_gpu.telemetry.nvml import NvmlSource
 
-    src = NvmlSource()
+    every = counters_every(TelemetrySettings())  # the sampler's default cadence
+    src = NvmlSource(counters_every=every)
     t0 = time.perf_counter()
     gpus = list(src.list_gpus())
     list_s = time.perf_counter() - t0
@@ -139,43 +143,63 @@ def nvml_calls(readings: int, spacing_s: float, backend: str) -> dict[str, Any]:
         "gpus": [_jsonable(g) for g in gpus],
         "list_gpus_s": round(list_s, 4),
         "setup_calls": _summary(book, 0),
+        "counters_every": every,
         "phases": {},
     }
     book.clear()
     first = src.sample(uuids)  # the first reading sets up events and GPM
     result["first_reading"] = [_jsonable(s) for s in first]
     result["first_reading_calls"] = _summary(book, 1)
-    for phase in ("idle", "busy"):
-        load = None
+    load = None
+    # (phase, counters read at one reading in this many): the default cadence idle and busy,
+    # then every reading (as before the counters had their own cadence) for the comparison.
+    for phase, cadence in (("idle", every), ("busy", every), ("busy-counters-every-reading", 1)):
         if phase == "busy":
             argv = [sys.executable, str(WORKLOADS), "healthy", "--seconds", "600"]
             load = subprocess.Popen(
                 argv + (["--dry"] if backend == "virtual" else []), stdout=subprocess.DEVNULL
             )
             time.sleep(8.0)  # CUDA start-up; then the GPU is busy
+        src.counters_every = cadence
         book.clear()
         kept = []
-        wall = []
+        wall: dict[str, list[float]] = {"plain": [], "counters": []}
+        cpu0 = time.process_time()
         for i in range(readings):
             t = time.perf_counter()
             samples = src.sample(uuids)
-            wall.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
+            # A reading that read the counters carries the energy total; the others do not.
+            kind = "counters" if samples and samples[0].energy_mj is not None else "plain"
+            wall[kind].append(dt)
             if i in (0, readings - 1):
                 kept.append([_jsonable(s) for s in samples])
             time.sleep(spacing_s)
-        if load is not None:
-            load.kill()
-            load.wait()
+        cpu = time.process_time() - cpu0
         result["phases"][phase] = {
             "readings": readings,
             "spacing_s": spacing_s,
+            "counters_every": cadence,
             "wall_per_reading_ms": {
-                "median": round(statistics.median(wall) * 1000, 3),
-                "max": round(max(wall) * 1000, 3),
+                kind: {
+                    "n": len(ws),
+                    "median": round(statistics.median(ws) * 1000, 3),
+                    "max": round(max(ws) * 1000, 3),
+                }
+                for kind, ws in wall.items()
+                if ws
             },
+            "wall_mean_ms": round(sum(sum(w) for w in wall.values()) / readings * 1000, 3),
+            "cpu_per_reading_ms": round(cpu / readings * 1000, 3),
             "calls": _summary(book, readings),
             "samples_first_last": kept,
         }
+    if load is not None:
+        load.kill()
+        load.wait()
+    t = time.perf_counter()
+    src.read_counters(uuids)  # what the seal adds
+    result["seal_read_counters_ms"] = round((time.perf_counter() - t) * 1000, 3)
     src.close()
     return result
 
@@ -206,6 +230,20 @@ def _cpu_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15)
+
+
+def _cpu_ns(pid: int) -> int | None:
+    """Time on a CPU, ns (``/proc/<pid>/schedstat``: finer than the tick counts of ``stat``)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: Workloads that never end by themselves: ended as Slurm ends a job at its time limit.
+AT_LIMIT = {"killed-at-limit"}
+#: Slurm's KillWait here (its default is 30 s): SIGTERM, then SIGKILL this many s later.
+KILL_WAIT_S = 5.0
 
 
 def _hook(cfg: Path, hook: str, env: dict[str, str]) -> float:
@@ -262,15 +300,40 @@ def run_job(
     if not stepd.exists():
         shutil.copy("/bin/sh", stepd)
     argv = [f"slurmstepd: [{job_id}.0]", "-c", '"$@"; exit $?', "slurmstepd", *argv]
+    at_limit = name in AT_LIMIT
+    if at_limit:
+        argv += ["--seconds", str(seconds * 10)]  # its own bound, far past the limit
     work_start = time.time()
     proc = subprocess.Popen(
-        argv, executable=str(stepd), env=env, stdout=subprocess.PIPE, cwd=str(base)
+        argv,
+        executable=str(stepd),
+        env=env,
+        stdout=subprocess.PIPE,
+        cwd=str(base),
+        start_new_session=True,  # a process group, as a step's tasks are signalled together
     )
     time.sleep(min(10.0, seconds / 4))
-    cpu_mark = (time.time(), _cpu_ticks(sampler)) if sampler else None
-    out, _ = proc.communicate(timeout=seconds + 120)
+    cpu_mark = (time.time(), _cpu_ticks(sampler), _cpu_ns(sampler)) if sampler else None
+    limit: dict[str, Any] | None = None
+    if at_limit:
+        # Slurm at the time limit: SIGTERM to every task of the step, SIGKILL after KillWait.
+        try:
+            out, _ = proc.communicate(timeout=max(0.0, work_start + seconds - time.time()))
+        except subprocess.TimeoutExpired:
+            limit = {"time_limit_s": seconds, "kill_wait_s": KILL_WAIT_S}
+            limit["sigterm_s"] = time.time()
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=KILL_WAIT_S)
+                limit["sigkill"] = False
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate(timeout=30)
+                limit["sigkill"] = True
+    else:
+        out, _ = proc.communicate(timeout=seconds + 120)
     work_end = time.time()
-    cpu_end = (time.time(), _cpu_ticks(sampler)) if sampler else None
+    cpu_end = (time.time(), _cpu_ticks(sampler), _cpu_ns(sampler)) if sampler else None
     epilog_s = _hook(cfg, "epilog", {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(os.getuid())})
     end = time.time()
     kept = None
@@ -302,7 +365,9 @@ def run_job(
             "clk_tck": CLK_TCK,
         },
         "record": kept,
+        "time_limit": limit,
         "workload": report,
+        "workload_lines": out.decode(errors="replace").strip().splitlines()[-20:],
     }
 
 
@@ -355,7 +420,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=4)
     parser.add_argument(
         "--patterns",
-        default="healthy,small-batch,dataloader,two-procs-one-idle,cpu-tail",
+        default="host-bound,ranks-one-gpu,killed-at-limit",
         help="comma-separated workloads, each NAME or NAME@ARGS (ARGS to device_workloads.py)",
     )
     args = parser.parse_args()

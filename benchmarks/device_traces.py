@@ -30,7 +30,7 @@ from slurm_gpu.config import AnalysisSettings  # noqa: E402
 from slurm_gpu.evaluation.recorded import dump_trace, write_trace  # noqa: E402
 from slurm_gpu.evaluation.score import evaluate_trace  # noqa: E402
 from slurm_gpu.evaluation.traces import LABELS, TOLERATED, Trace  # noqa: E402
-from slurm_gpu.records import JobRecord, NodeRecord  # noqa: E402
+from slurm_gpu.records import JobRecord, JobStep, NodeRecord  # noqa: E402
 
 #: Workload (benchmarks/device_workloads.py) -> the corpus pattern whose labels it carries.
 PATTERN = {
@@ -41,6 +41,15 @@ PATTERN = {
     # One GPU: rank 0 keeps it busy, rank 1 holds a context and waits; nothing is lost on the
     # GPU, so nothing is to be found there (the GPU-side view of "one of two processes idle").
     "two-procs-one-idle": "healthy",
+    # Every core feeding the GPU at a moderate duty cycle: host-bound (cause 2).
+    "host-bound": "host-bound",
+    # Four ranks time-sliced on the job's only GPU, which they kept busy (80 % duty on an H200):
+    # the rules' note (RANKS_SHARE_GPU, info), not the binding fault of the synthetic
+    # ranks-one-gpu, whose other allocated GPUs sit idle (cause 6 is not true here). The ranks
+    # train in fp32 without autocast, so what is true of the job is no-amp's cause 3.
+    "ranks-one-gpu": "no-amp",
+    # Ended by the time limit mid-step: an outcome, whatever the GPU did before.
+    "killed-at-limit": "timeout-steps",
 }
 
 #: The jobs last ~45 s: the same scaled thresholds as the demo traces of the local cluster.
@@ -66,6 +75,31 @@ def compose_job(job: dict[str, Any], node: NodeRecord, gpu_type: str) -> JobReco
     host = node.host
     start = float(job["start_s"])
     end = float(job["end_s"])
+    limit = job.get("time_limit")
+    ranks = len((job.get("workload") or {}).get("ranks") or ()) or 1
+    # The job's one srun step, as accounting keeps it: its tasks, and how it ended (at the
+    # time limit Slurm's SIGTERM leaves the step CANCELLED 0:15, or SIGKILL's 0:9).
+    step_state, step_signal = "COMPLETED", 0
+    if limit:
+        step_state, step_signal = ("FAILED", 9) if limit.get("sigkill") else ("CANCELLED", 15)
+    elif int(job["exit_code"]) != 0:
+        step_state = "FAILED"
+    step = JobStep(
+        "0",
+        cores,
+        1,
+        1,
+        step_state,
+        0 if limit else max(0, int(job["exit_code"])),
+        step_signal,
+        round(float(job["work_end_s"]) - float(job["work_start_s"])),
+        host.cpu_time_s if host else None,
+        tasks=ranks,
+        end_s=float(round(float(job["work_end_s"]))),
+    )
+    state = "COMPLETED" if int(job["exit_code"]) == 0 else "FAILED"
+    if limit:
+        state = "TIMEOUT"
     data = {
         "account": "device",
         "alloc_cpus": cores,
@@ -75,7 +109,7 @@ def compose_job(job: dict[str, Any], node: NodeRecord, gpu_type: str) -> JobReco
         "end_s": float(round(end)),
         "start_s": float(round(start)),
         "submit_s": float(round(start)),
-        "exit_code": int(job["exit_code"]),
+        "exit_code": 0 if limit else int(job["exit_code"]),
         "exit_signal": 0,
         "derived_exit_code": 0,
         "job_id": str(job["job_id"]),
@@ -87,8 +121,8 @@ def compose_job(job: dict[str, Any], node: NodeRecord, gpu_type: str) -> JobReco
         "qos": "normal",
         "req_mem_bytes": REQ_MEM_BYTES,
         "restarts": 0,
-        "state": "COMPLETED" if int(job["exit_code"]) == 0 else "FAILED",
-        "time_limit_s": TIME_LIMIT_S,
+        "state": state,
+        "time_limit_s": round(float(limit["time_limit_s"])) if limit else TIME_LIMIT_S,
         "total_cpu_s": host.cpu_time_s if host else None,
         "uid": node.uid,
         "user": "root",
@@ -107,7 +141,8 @@ def compose_job(job: dict[str, Any], node: NodeRecord, gpu_type: str) -> JobReco
             ),
         ),
     }
-    return from_jsonable(JobRecord, data)
+    record = from_jsonable(JobRecord, data)
+    return dataclasses.replace(record, steps=(step,))
 
 
 def main() -> None:
@@ -161,6 +196,7 @@ def main() -> None:
                     "workload": f"benchmarks/device_workloads.py {job['pattern']} "
                     f"{job.get('workload_args', '')}".strip(),
                     "workload_report": job.get("workload"),
+                    "time_limit": job.get("time_limit"),
                 },
             )
             print("  wrote", write_trace(args.write, data))
