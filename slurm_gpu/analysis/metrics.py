@@ -132,6 +132,13 @@ class GpuMetrics:
     busy_cores: float | None = None
     """Mean cores busy on the node in the GPU's other buckets between its first and last
     active one."""
+    power_busy_w: float | None = None
+    """Power drawn while kernels ran, estimated, W: the GPU's lowest timeline reading (its
+    idle draw, at most) plus the mean's excess over it divided by the duty cycle. The readings
+    are 1 s means, so a GPU busy in bursts shorter than that never shows its draw during them
+    in one reading (an H200 at 46 % duty, at its 700 W cap in every burst: no reading above
+    541 W). An upper bound (between bursts the GPU draws more than at idle); ``None`` below
+    ``BUSY_POWER_MIN_DUTY_PCT`` or without a timeline."""
     throttle_known_pct: float | None = None
     """Share of the observed span over which both throttling causes were known, percent
     (at most 100); ``None`` in records sealed before it was counted."""
@@ -424,6 +431,31 @@ def kernel_span(node: NodeRecord, index: int) -> KernelSpan:
     )
 
 
+#: Below this mean duty cycle, percent, the power while kernels ran is not estimated: dividing
+#: by a small duty makes any draw above idle look like a full one.
+BUSY_POWER_MIN_DUTY_PCT = 25.0
+
+
+def power_floor(node: NodeRecord, index: int) -> float | None:
+    """The lowest timeline power reading of GPU ``index`` of ``node``, W (``None``: none)."""
+    seen = [
+        w
+        for p in node.timeline
+        if index < len(p.gpu_power_w) and (w := p.gpu_power_w[index]) is not None
+    ]
+    return min(seen) if seen else None
+
+
+def _power_busy(
+    mean_w: float | None, duty_pct: float | None, floor_w: float | None
+) -> float | None:
+    if mean_w is None or duty_pct is None or floor_w is None or floor_w > mean_w:
+        return None
+    if duty_pct < BUSY_POWER_MIN_DUTY_PCT:
+        return None
+    return floor_w + (mean_w - floor_w) / (duty_pct / 100.0)
+
+
 #: A starved GPU ran kernels in at least this many timeline buckets (one stray kernel at
 #: start-up, a CUDA check, does not make a GPU used).
 STARVED_MIN_BUCKETS = 2
@@ -437,13 +469,15 @@ def gpu_metrics(
     phases: IdlePhases | None = None,
     caps: SourceCapabilities | None = None,
     kernels: KernelSpan | None = None,
+    power_floor_w: float | None = None,
 ) -> GpuMetrics:
     """The metrics of one GPU from its summary and its node record. ``processes_known`` is
     ``processes_readable(node)``, computed once per node by the caller; it is used only for
     records sealed before the sampler counted unreadable lists. ``caps``: what the record's
     source can tell (default: its ``NodeRecord.source``); without a timeline (per-step means)
     the idle head, tail and share are unknown and any answered reading is enough data; without
-    a process list, whether a process held the GPU is unknown."""
+    a process list, whether a process held the GPU is unknown. ``power_floor_w``: the lowest
+    timeline power reading (``power_floor``), for ``GpuMetrics.power_busy_w``."""
     if caps is None:
         caps = capabilities_of(node.source)
     dist = gpu.utilization
@@ -511,6 +545,7 @@ def gpu_metrics(
         memory_util_mean_pct=gpu.memory_utilization_mean_pct,
         throttle_power_pct=throttle_power,
         throttle_thermal_pct=throttle_thermal,
+        power_busy_w=_power_busy(gpu.power_mean_w, mean, power_floor_w),
         nvlink_bytes=gpu.nvlink_bytes,
         nvlink_idle_share_pct=nvl_idle,
         ecc_corrected=gpu.ecc_corrected,
@@ -813,6 +848,7 @@ def job_metrics(
             idle_phases(node, i, settings),
             capabilities_of(node.source),
             kernel_span(node, i),
+            power_floor(node, i),
         )
         for node in nodes
         for i, g in enumerate(node.gpus)

@@ -844,10 +844,13 @@ _AT_POWER_LIMIT_PCT = 95.0
 
 
 def _reached_power_limit(g: GpuMetrics) -> bool:
-    return (
-        g.power_max_w is not None
-        and bool(g.power_limit_w)
-        and 100.0 * g.power_max_w / (g.power_limit_w or 1.0) >= _AT_POWER_LIMIT_PCT
+    """Its peak reading at the cap, or, for a GPU busy in bursts shorter than a reading, its
+    estimated draw while kernels ran (``GpuMetrics.power_busy_w``)."""
+    if not g.power_limit_w:
+        return False
+    return any(
+        w is not None and 100.0 * w / g.power_limit_w >= _AT_POWER_LIMIT_PCT
+        for w in (g.power_max_w, g.power_busy_w)
     )
 
 
@@ -881,6 +884,8 @@ def throttled(m: JobMetrics, job: JobRecord, s: AnalysisSettings) -> list[Findin
                     # products, 87 % of the job), not a fault. Said, not warned.
                     severity = Severity.INFO
                     ev["at_power_limit"] = 1
+                    if g.power_busy_w is not None:
+                        ev["power_busy_w"] = _r(g.power_busy_w)
                 out.append(Finding(code, severity, ev, Scope.GPU, g.uuid))
     return out
 
