@@ -68,7 +68,9 @@ class GpuSample:
     Not how busy the SMs were (see ``sm_active_pct``)."""
     utilization_samples_pct: tuple[float, ...] = ()
     """The driver's buffered sub-interval utilization samples since the previous reading
-    (``nvmlDeviceGetSamples``), oldest first; empty when not supported."""
+    (``nvmlDeviceGetSamples``), oldest first; empty when not supported. NVML reads them at
+    the cumulative counters' cadence only, over the interval before that reading: empty at
+    the readings between (virtual GPUs give them at every reading)."""
     memory_utilization_pct: float | None = None
     """Percent of time the memory controller was busy."""
     memory_used_bytes: int | None = None

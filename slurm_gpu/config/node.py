@@ -56,7 +56,8 @@ class TelemetrySettings:
         60.0,
         "Seconds between two reads of the cumulative counters that cost milliseconds per GPU "
         "in the driver (NVML: total energy, power and thermal violation times, PCIe and ECC "
-        "totals); they are also read at a GPU's first reading and when the sampler seals, so "
+        "totals; and the driver's utilization samples, over the interval before that "
+        "reading); they are also read at a GPU's first reading and when the sampler seals, so "
         "job totals stay exact. 0: at every reading.",
         min=0,
         max=86400,

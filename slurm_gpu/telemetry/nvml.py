@@ -22,7 +22,9 @@ The cumulative counters whose driver calls cost milliseconds (total energy, the 
 thermal violation times, the PCIe byte and ECC totals) are read at one reading of a GPU in
 ``counters_every`` and at its first, and ``read_counters`` reads them once more when the
 sampler seals: a job's totals are differences of two reads, so they come out as if read at
-every reading. The readings between leave those fields ``None``.
+every reading. The readings between leave those fields ``None``. The driver's utilization
+samples (one C call of 2.0-2.7 ms on an H200) are read at the same readings, over the
+interval before each (``nvml_samples``); the readings between leave them empty.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from slurm_gpu.telemetry import nvml_procs
 from slurm_gpu.telemetry.nvml_calls import (
     FUNCTION_NOT_FOUND,
     NO_ID,
+    NOT_FOUND,
     NOT_SUPPORTED,
     TIMEOUT,
     CallFailed,
@@ -151,6 +154,8 @@ class _Device:
     samples: SampleBuffer = field(default_factory=SampleBuffer)
     counters_wait: int = 0
     """Readings to go before the cumulative counters are read again (0: at the next)."""
+    last_reading_us: int | None = None
+    """Wall-clock µs of the previous reading, where the driver's samples were not read."""
     gpm: bool | None = None
     """GPM support, asked on the first reading (``None`` until then)."""
     gpm_samples: list[Any] = field(default_factory=list)
@@ -555,8 +560,11 @@ class NvmlSource:
             values.update(self._violations(dev.parent or dev))
             dev.counters_wait = self.counters_every
         dev.counters_wait -= 1
-        if not dev.is_mig:
+        if not dev.is_mig and counters:
             values["utilization_samples_pct"] = self._util_samples(dev)
+            dev.last_reading_us = None
+        elif not dev.is_mig:
+            dev.last_reading_us = int(self._wall() * 1_000_000)
         values.update(self._gpm(dev))
         xids, dev.pending_xids = tuple(dev.pending_xids), []
         return GpuSample(uuid=gpu_uuid, time_s=now, xid_events=xids, **values)
@@ -699,13 +707,20 @@ class NvmlSource:
         return None
 
     def _util_samples(self, dev: _Device) -> tuple[float, ...]:
+        """The driver's samples since the previous reading. Read at the counters' cadence (the
+        one C call costs 2.0-2.7 ms on an H200, most of a reading): where the readings between
+        did not read them, only the interval before this reading is taken, the older samples
+        left in the driver's buffer; an interval with none is idle where the driver's buffer
+        runs dry while the GPU is idle (``SampleCursor.idle_window``)."""
         nv = self._lib()
         now_us = int(self._wall() * 1_000_000)
+        if dev.last_reading_us is not None:
+            dev.cursor.skip_to(dev.last_reading_us)
         since = dev.cursor.since(now_us)
-        got = self._try(fetch, nv, dev.handle, 1, since, dev.samples)  # GPU_UTILIZATION
-        if not got:
-            return ()  # not supported, or NOT_FOUND: no new samples
-        value_type, samples = got
+        try:
+            value_type, samples = self._do(fetch, nv, dev.handle, 1, since, dev.samples)
+        except CallFailed as failed:  # GPU_UTILIZATION_SAMPLES not supported, or none new
+            return dev.cursor.idle_window(now_us) if failed.code == NOT_FOUND else ()
         return dev.cursor.take(
             ((int(s.timeStamp), _sample_value(value_type, s.sampleValue)) for s in samples), now_us
         )

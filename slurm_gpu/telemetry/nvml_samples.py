@@ -3,18 +3,24 @@
 Three properties of the driver's buffer that a plain "everything newer than the last
 timestamp" cursor gets wrong:
 
-* the buffer runs dry while the GPU is idle: no sample is recorded for those periods, so a
-  mean over the samples alone is biased toward the busy ones. A gap longer than the sampling
-  period (estimated from the samples themselves) is filled with 0 % samples, one per missed
-  period, bounded by ``MAX_FILL``;
+* on some drivers the buffer runs dry while the GPU is idle: no sample is recorded for those
+  periods, so a mean over the samples alone is biased toward the busy ones. A gap longer than
+  the sampling period (estimated from the samples themselves) is filled with 0 % samples, one
+  per missed period, bounded by ``MAX_FILL``; once the driver has recorded a 0 % sample it is
+  known to record idle periods (an H200 on 580.159 does), and a gap there is samples older
+  than its buffer (14 s on that H200), which are not filled;
 * values outside 0–100 occur (values near 290000 are reported on MIG parents): dropped;
 * timestamps are CPU time in µs: after the clock steps backward, every new sample is older
   than the cursor and the cursor would stall until the clock caught up. When the caller's
   clock is behind the cursor, the cursor restarts (the next reading only primes it again).
 
-The samples are fetched with one C call per reading (``fetch``) into a buffer kept per GPU,
-not through pynvml's wrapper, which makes two: one for the count, one for the samples (each
-about 1 ms on an H100, docs/performance.md). A buffer that a reading fills is grown and the
+The samples are fetched with one C call (``fetch``) into a buffer kept per GPU, not through
+pynvml's wrapper, which makes two: one for the count, one for the samples (each about 1 ms on
+an H100, docs/performance.md). That one call still costs 2.0–2.7 ms on an H200, so
+``NvmlSource`` reads the samples at the cumulative counters' cadence, over the interval before
+that reading only (``SampleCursor.skip_to``): a window that starts at a reading, whose
+distance to its first sample is no sampling period, and that is all 0 % when the driver
+recorded nothing in it (``idle_window``). A buffer that a reading fills is grown and the
 same samples asked again, so none is lost whether a driver answers ``INSUFFICIENT_SIZE`` or
 fills what fits (NVML's documented behaviour).
 """
@@ -48,6 +54,32 @@ class SampleCursor:
     last_ts_us: int | None = None
     period_us: int | None = None
     """Shortest spacing seen between two consecutive samples: the driver's sampling period."""
+    records_idle: bool = False
+    """The driver has recorded a 0 % sample: its buffer does not run dry while the GPU is idle
+    (an H200 on 580.159 keeps a sample every 200 ms, idle or busy, 14 s of them), so a gap is
+    samples the buffer no longer holds, not idle time, and is not filled."""
+    window: bool = False
+    """``last_ts_us`` is the start of a window (a reading's time, ``skip_to``), not a sample's
+    timestamp: its distance to the first sample is no sampling period."""
+
+    def skip_to(self, ts_us: int) -> None:
+        """Take only the samples newer than ``ts_us`` at the next call: a window that starts
+        at a reading, the older samples left unread (no-op before the cursor is primed)."""
+        if self.last_ts_us is not None and ts_us > self.last_ts_us:
+            self.last_ts_us = ts_us
+            self.window = True
+
+    def idle_window(self, now_us: int) -> tuple[float, ...]:
+        """A window in which the driver recorded no sample (``NOT_FOUND``; the buffer runs dry
+        while the GPU is idle): 0 % samples, one per sampling period up to ``now_us``, as the
+        gap filler counts such a gap between two samples. Nothing outside a window, where
+        that gap is filled when the next sample comes."""
+        if self.records_idle or not self.window or not self.period_us or self.last_ts_us is None:
+            return ()
+        self.window = False
+        missing = min(round((now_us - self.last_ts_us) / self.period_us), MAX_FILL)
+        self.last_ts_us = max(self.last_ts_us, now_us)
+        return (0.0,) * max(missing, 0)
 
     def since(self, now_us: int) -> int:
         """The timestamp to ask ``nvmlDeviceGetSamples`` for (0 = the whole buffer)."""
@@ -61,24 +93,29 @@ class SampleCursor:
         Samples stamped after ``now_us`` predate a backward clock step and are left out.
         """
         priming = self.last_ts_us is None
+        window, self.window = self.window, False
         last = self.last_ts_us or 0
         horizon = now_us + _CLOCK_SLACK_US
         fresh = sorted((ts, v) for ts, v in samples if last < ts <= horizon)
         if not fresh:
             return ()
-        stamps = [last, *(ts for ts, _v in fresh)] if not priming else [ts for ts, _v in fresh]
+        stamps = [ts for ts, _v in fresh]
+        if not (priming or window):
+            stamps.insert(0, last)
         for a, b in pairwise(stamps):
             if b > a and (self.period_us is None or b - a < self.period_us):
                 self.period_us = b - a
         self.last_ts_us = fresh[-1][0]
+        self.records_idle = self.records_idle or any(v == 0.0 for _ts, v in fresh)
         if priming:
             return ()  # the first call returns the buffer from before this job's sampler
         out: list[float] = []
         filled = 0
         previous = last
         for ts, value in fresh:
-            if self.period_us and ts - previous > _GAP_FACTOR * self.period_us:
-                missing = min(round((ts - previous) / self.period_us) - 1, MAX_FILL - filled)
+            gap = ts - previous
+            if self.period_us and not self.records_idle and gap > _GAP_FACTOR * self.period_us:
+                missing = min(round(gap / self.period_us) - 1, MAX_FILL - filled)
                 out.extend([0.0] * max(missing, 0))
                 filled += max(missing, 0)
             previous = ts

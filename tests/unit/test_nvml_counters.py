@@ -261,20 +261,94 @@ def test_the_sampler_reads_the_counters_when_it_seals(
 # ------------------------------------------------------------------ the driver's samples
 
 
-def test_utilization_samples_take_one_c_call_per_reading(h100: FakeDriver, clock: Clock) -> None:
+def test_utilization_samples_are_read_at_the_counters_cadence_over_the_last_interval(
+    h100: FakeDriver, clock: Clock
+) -> None:
+    # nvmlDeviceGetSamples costs 2.0-2.7 ms per C call on an H200 (docs/performance.md), most of
+    # a reading: it is read with the counters, for the interval before that reading only.
     src = source(clock, 6)
     base = int(clock.t * 1_000_000)
     h100.add_sample(A, base - 500_000, 10)
-    src.sample([A])  # primes the cursor
+    src.sample([A])  # the first reading reads the counters and primes the cursor
     h100.reset_calls()
-    got = []
-    for k in range(10):
+    per_reading = []
+    for k in range(12):
         h100.add_sample(A, base + k * 1_000_000 + 100_000, 20 + k)
         h100.add_sample(A, base + k * 1_000_000 + 266_667, 40 + k)
+        h100.add_sample(A, base + k * 1_000_000 + 433_334, 60 + k)
+        h100.add_sample(A, base + k * 1_000_000 + 600_001, 80 + k)
+        h100.add_sample(A, base + k * 1_000_000 + 766_668, 0)
+        h100.add_sample(A, base + k * 1_000_000 + 933_335, 0)
+        clock.advance(1)
+        per_reading.append(src.sample([A])[0].utilization_samples_pct)
+    assert h100.calls("nvmlDeviceGetSamples") == 2  # readings 7 and 13 of the GPU
+    read = [k for k, got in enumerate(per_reading) if got]
+    assert read == [5, 11]
+    # Only the second before each of those readings: the samples of k = 5 and of k = 11, no
+    # 0 % filler for the window's start (it is a reading, not a sampling period).
+    assert per_reading[5] == (25.0, 45.0, 65.0, 85.0, 0.0, 0.0)
+    assert per_reading[11] == (31.0, 51.0, 71.0, 91.0, 0.0, 0.0)
+
+
+def test_utilization_samples_at_every_reading_when_k_is_one(h100: FakeDriver, clock: Clock) -> None:
+    src = source(clock, 1)
+    base = int(clock.t * 1_000_000)
+    h100.add_sample(A, base - 500_000, 10)
+    src.sample([A])
+    got = []
+    for k in range(4):
+        h100.add_sample(A, base + k * 1_000_000 + 100_000, 20 + k)
         clock.advance(1)
         got.extend(src.sample([A])[0].utilization_samples_pct)
-    assert h100.calls("nvmlDeviceGetSamples") == 10  # pynvml's wrapper makes two each
-    assert len(got) >= 20 and {20.0, 29.0, 40.0, 49.0} <= set(got)
+    assert h100.calls("nvmlDeviceGetSamples") == 5
+    assert got[-1] == 23.0 and 20.0 in got
+
+
+def test_a_window_without_a_driver_sample_is_idle(h100: FakeDriver, clock: Clock) -> None:
+    # The buffer runs dry while the GPU is idle (NOT_FOUND): the window's samples are 0 %, one
+    # per sampling period, as the gap filler counts them between two samples.
+    src = source(clock, 3)
+    base = int(clock.t * 1_000_000)
+    for k in range(6):  # a sampling period of 1/6 s, learnt when the cursor primes
+        h100.add_sample(A, base - 1_000_000 + k * 166_667, 50)
+    src.sample([A])
+    for _ in range(3):
+        clock.advance(1)
+        got = src.sample([A])[0].utilization_samples_pct
+    assert got == (0.0,) * 6
+
+
+def _primed_on_idle_samples(h100: FakeDriver, clock: Clock, every: int) -> tuple[NvmlSource, int]:
+    """A source whose first reading primed the cursor on 0 % samples 200 ms apart (a driver
+    that records idle periods, as an H200's does); and the clock's µs at the start."""
+    src = source(clock, every)
+    base = int(clock.t * 1_000_000)
+    for k in range(5):
+        h100.add_sample(A, base - 1_000_000 + k * 200_000, 0)
+    src.sample([A])
+    return src, base
+
+
+def test_a_driver_that_records_idle_samples_has_its_gaps_left_unfilled(
+    h100: FakeDriver, clock: Clock
+) -> None:
+    # An H200 keeps a sample every 200 ms, idle or busy, 14 s of them: once it has shown a 0 %
+    # sample, a gap is what the buffer no longer holds (a reading 20 s later), not idle time.
+    src, base = _primed_on_idle_samples(h100, clock, 1)
+    for k in range(3):  # then only the buffer's newest samples of the next 20 s remain
+        h100.add_sample(A, base + 19_400_000 + k * 200_000, 90)
+    clock.advance(20)
+    assert src.sample([A])[0].utilization_samples_pct == (90.0, 90.0, 90.0)
+
+
+def test_a_window_with_no_sample_on_a_driver_that_records_idle_is_unknown(
+    h100: FakeDriver, clock: Clock
+) -> None:
+    src, _base = _primed_on_idle_samples(h100, clock, 3)
+    for _ in range(3):
+        clock.advance(1)
+        got = src.sample([A])[0].utilization_samples_pct
+    assert got == ()
 
 
 @pytest.mark.parametrize("partial", [False, True])
@@ -284,7 +358,7 @@ def test_a_full_samples_buffer_grows_and_no_sample_is_lost(
     # A driver answers INSUFFICIENT_SIZE, or fills what fits (NVML's documented behaviour).
     monkeypatch.setattr(nvml_samples, "FIRST_CAPACITY", 4)
     h100.set_global("samples_partial", int(partial))
-    src = source(clock, 6)
+    src = source(clock, 1)  # the samples at every reading
     base = int(clock.t * 1_000_000)
     h100.add_sample(A, base - 66_667, 10)  # one sampling period before the next
     src.sample([A])

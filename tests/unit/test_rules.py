@@ -135,19 +135,24 @@ def test_throttling_and_hardware_errors_are_for_the_site() -> None:
     assert hw.evidence["xid_count"] == 1 and hw.evidence["xid_0"] == 79  # 13 is the user's
 
 
-def _power_timeline(watts: list[float], duty: float) -> tuple:  # type: ignore[type-arg]
-    return tuple(replace(p, gpu_power_w=(w,)) for p, w in zip(timeline([duty] * len(watts),
-                 [1.0] * len(watts)), watts, strict=True))  # fmt: skip
+def _power_finding(duty: float, mean_w: float, max_w: float):  # type: ignore[no-untyped-def]
+    """The power-throttling finding of a 700 W GPU throttled most of the job, whose timeline's
+    lowest reading is 81 W (its idle draw) and the others its mean."""
+    g = gpu(duty=duty, power_mean_w=mean_w, power_max_w=max_w, throttle_power_s=3000.0)
+    g = replace(g, info=replace(g.info, power_limit_w=700.0))
+    tl = tuple(
+        replace(p, gpu_power_w=(w,))
+        for p, w in zip(timeline([duty] * 10, [1.0] * 10), [81.0] + [mean_w] * 9, strict=True)
+    )
+    (f,) = [f for f in analyze(job(), [node([g], tl=tl)], S).findings
+            if f.code is Code.GPU_THROTTLED_POWER]  # fmt: skip
+    return f
 
 
 def test_a_gpu_at_its_cap_in_bursts_shorter_than_a_reading_is_information() -> None:
     # A host-bound job on a 700 W H200: kernels at the cap in bursts of ~50 ms, 46 % of the
     # time; no 1 s power reading above 541 W. Idle draw 81 W: 81 + (456 - 81) / 0.46 = 896 W.
-    g = gpu(duty=46.0, power_mean_w=456.0, power_max_w=541.0, throttle_power_s=3000.0)
-    g = replace(g, info=replace(g.info, power_limit_w=700.0))
-    tl = _power_timeline([81.0] + [456.0] * 9, 46.0)
-    a = analyze(job(), [node([g], tl=tl)], S)
-    (f,) = [f for f in a.findings if f.code is Code.GPU_THROTTLED_POWER]
+    f = _power_finding(46.0, 456.0, 541.0)
     assert f.severity is Severity.INFO and f.evidence["at_power_limit"] == 1
     assert f.evidence["power_busy_w"] == 896.2
 
@@ -155,22 +160,13 @@ def test_a_gpu_at_its_cap_in_bursts_shorter_than_a_reading_is_information() -> N
 def test_a_gpu_held_below_its_cap_at_high_duty_is_still_a_warning() -> None:
     # A power brake holding a 700 W GPU near 80 % of its limit while busy 92 % of the time:
     # its draw while busy, 81 + (520 - 81) / 0.92 = 558 W, is far from the cap.
-    g = gpu(duty=92.0, power_mean_w=520.0, power_max_w=560.0, throttle_power_s=3000.0)
-    g = replace(g, info=replace(g.info, power_limit_w=700.0))
-    tl = _power_timeline([81.0] + [520.0] * 9, 92.0)
-    (f,) = [f for f in analyze(job(), [node([g], tl=tl)], S).findings
-            if f.code is Code.GPU_THROTTLED_POWER]  # fmt: skip
+    f = _power_finding(92.0, 520.0, 560.0)
     assert f.severity is Severity.WARNING and "at_power_limit" not in f.evidence
 
 
 def test_a_low_duty_gpu_gets_no_estimate_of_its_busy_draw() -> None:
     # At 10 % duty, 81 + (150 - 81) / 0.1 = 771 W would call any draw above idle a full one.
-    g = gpu(duty=10.0, power_mean_w=150.0, power_max_w=200.0, throttle_power_s=3000.0)
-    g = replace(g, info=replace(g.info, power_limit_w=700.0))
-    tl = _power_timeline([81.0] + [150.0] * 9, 10.0)
-    (f,) = [f for f in analyze(job(), [node([g], tl=tl)], S).findings
-            if f.code is Code.GPU_THROTTLED_POWER]  # fmt: skip
-    assert f.severity is Severity.WARNING
+    assert _power_finding(10.0, 150.0, 200.0).severity is Severity.WARNING
 
 
 def test_application_xid_alone_is_not_a_hardware_error() -> None:
