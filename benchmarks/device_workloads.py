@@ -199,14 +199,20 @@ def _busy_gpu(torch: Any, seconds: float, n: int = 4096) -> int:
     return steps
 
 
+def _run_ranks(n: int, kind: str, seconds: float, dry: bool) -> dict[str, Any]:
+    """Start ``n`` ranks of ``kind`` (``--rank-kind``) as srun would, wait, gather reports."""
+    procs = []
+    for r in range(n):
+        argv = [sys.executable, __file__, "--rank", str(r), "--seconds", str(seconds),
+                "--rank-kind", kind]  # fmt: skip
+        procs.append(subprocess.Popen(argv + (["--dry"] if dry else []), stdout=subprocess.PIPE))
+    out = [json.loads(p.communicate()[0] or b"{}") for p in procs]
+    return {"ranks": out, "exit_codes": [p.returncode for p in procs]}
+
+
 def two_procs_one_idle(seconds: float, dry: bool) -> dict[str, Any]:
-    """The parent starts both ranks (as srun would) and waits for them."""
-    ranks = []
-    for rank in (0, 1):
-        argv = [sys.executable, __file__, "--rank", str(rank), "--seconds", str(seconds)]
-        ranks.append(subprocess.Popen(argv + (["--dry"] if dry else []), stdout=subprocess.PIPE))
-    out = [json.loads(p.communicate()[0] or b"{}") for p in ranks]
-    return {"ranks": out, "exit_codes": [p.returncode for p in ranks]}
+    """Rank 0 trains, rank 1 holds a context and waits."""
+    return _run_ranks(2, "hold", seconds, dry)
 
 
 def rank(rank_id: int, seconds: float, dry: bool) -> dict[str, Any]:
@@ -328,14 +334,8 @@ def host_bound(seconds: float, dry: bool) -> dict[str, Any]:
 
 
 def ranks_one_gpu(seconds: float, dry: bool) -> dict[str, Any]:
-    """The parent starts ``RANKS`` ranks (as ``srun -n`` would), every one on device 0."""
-    procs = []
-    for r in range(RANKS):
-        argv = [sys.executable, __file__, "--rank", str(r), "--seconds", str(seconds),
-                "--rank-kind", "train"]  # fmt: skip
-        procs.append(subprocess.Popen(argv + (["--dry"] if dry else []), stdout=subprocess.PIPE))
-    out = [json.loads(p.communicate()[0] or b"{}") for p in procs]
-    return {"ranks": out, "exit_codes": [p.returncode for p in procs]}
+    """``RANKS`` training ranks (as ``srun -n`` would start them), every one on device 0."""
+    return _run_ranks(RANKS, "train", seconds, dry)
 
 
 def train_rank(rank_id: int, seconds: float, dry: bool) -> dict[str, Any]:

@@ -564,7 +564,7 @@ class NvmlSource:
             values["utilization_samples_pct"] = self._util_samples(dev)
             dev.last_reading_us = None
         elif not dev.is_mig:
-            dev.last_reading_us = int(self._wall() * 1_000_000)
+            dev.last_reading_us = int(now * 1_000_000)  # ``now`` is the wall clock's
         values.update(self._gpm(dev))
         xids, dev.pending_xids = tuple(dev.pending_xids), []
         return GpuSample(uuid=gpu_uuid, time_s=now, xid_events=xids, **values)
