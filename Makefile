@@ -86,7 +86,7 @@ cluster-down:
 
 # The version lab (Slurm 24.11 and 26.05, three compute hosts each; docs/testcluster.md). The
 # lab tests start it themselves; these targets are for working with it by hand.
-lab-up: venv
+lab-up: deps venv
 	$(SUDO) env BUILD_PYTHON="$(abspath $(VENV))/bin/python" share/testlab/start
 
 lab-down:

@@ -5,10 +5,10 @@ timestamp" cursor gets wrong:
 
 * on some drivers the buffer runs dry while the GPU is idle: no sample is recorded for those
   periods, so a mean over the samples alone is biased toward the busy ones. A gap longer than
-  the sampling period (estimated from the samples themselves) is filled with 0 % samples, one
-  per missed period, bounded by ``MAX_FILL``; once the driver has recorded a 0 % sample it is
-  known to record idle periods (an H200 on 580.159 does), and a gap there is samples older
-  than its buffer (14 s on that H200), which are not filled;
+  the sampling period (estimated from the samples themselves, never under 1/10 s) is filled
+  with 0 % samples, one per missed period, bounded by ``MAX_FILL``; once the driver has
+  recorded a 0 % sample it is known to record idle periods (an H200 on 580.159 does), and a
+  gap there is samples older than its buffer (14 s on that H200), which are not filled;
 * values outside 0–100 occur (values near 290000 are reported on MIG parents): dropped;
 * timestamps are CPU time in µs: after the clock steps backward, every new sample is older
   than the cursor and the cursor would stall until the clock caught up. When the caller's
@@ -37,6 +37,11 @@ from slurm_gpu.telemetry.nvml_calls import INSUFFICIENT_SIZE, SUCCESS
 
 MAX_FILL = 1000
 """Most 0 % samples added per reading (a 10-minute gap at the fastest period, 1/6 s)."""
+MIN_PERIOD_US = 100_000
+"""Shortest spacing taken for the sampling period, µs. NVML samples every 1/6 s to 1 s
+(``nvmlDeviceGetSamples``); two samples closer than that (seen around a state change) taken
+as the period turned every later gap into hundreds of idle samples (the H100 records of
+2026-11-27: about 900 a 1 s reading)."""
 _GAP_FACTOR = 1.5
 """A gap counts as idle beyond this many sampling periods (jitter stays below it)."""
 _CLOCK_SLACK_US = 2_000_000
@@ -53,7 +58,8 @@ class SampleCursor:
 
     last_ts_us: int | None = None
     period_us: int | None = None
-    """Shortest spacing seen between two consecutive samples: the driver's sampling period."""
+    """Shortest spacing seen between two consecutive samples, not under ``MIN_PERIOD_US``: the
+    driver's sampling period."""
     records_idle: bool = False
     """The driver has recorded a 0 % sample: its buffer does not run dry while the GPU is idle
     (an H200 on 580.159 keeps a sample every 200 ms, idle or busy, 14 s of them), so a gap is
@@ -103,7 +109,7 @@ class SampleCursor:
         if not (priming or window):
             stamps.insert(0, last)
         for a, b in pairwise(stamps):
-            if b > a and (self.period_us is None or b - a < self.period_us):
+            if b - a >= MIN_PERIOD_US and (self.period_us is None or b - a < self.period_us):
                 self.period_us = b - a
         self.last_ts_us = fresh[-1][0]
         self.records_idle = self.records_idle or any(v == 0.0 for _ts, v in fresh)

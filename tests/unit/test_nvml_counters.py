@@ -397,3 +397,32 @@ def test_more_processes_than_the_first_call_has_room_for_are_all_read(
     (s,) = source(clock, 6).sample([A])
     assert s.processes is not None and len(s.processes) == 31
     assert h100.calls("nvmlDeviceGetComputeRunningProcesses_v3") == 2
+
+
+def test_two_samples_closer_than_any_sampling_period_do_not_set_it(
+    h100: FakeDriver, clock: Clock
+) -> None:
+    # NVML samples every 1/6 s to 1 s. Two samples 2 ms apart (seen around a state change)
+    # taken as the period made every 1 s gap after them 500 idle samples: the H100 records of
+    # 2026-11-27 held ~900 zero sub-samples per reading of jobs with idle phases.
+    src = source(clock, 1)
+    base = int(clock.t * 1_000_000)
+    for k in range(6):  # the cursor primes on samples 1/6 s apart
+        h100.add_sample(A, base - 1_000_000 + k * 166_667, 50)
+    src.sample([A])
+    h100.add_sample(A, base, 60)
+    h100.add_sample(A, base + 2_000, 60)
+    clock.advance(1)
+    assert src.sample([A])[0].utilization_samples_pct == (60.0, 60.0)
+    h100.add_sample(A, base + 1_002_000, 70)  # a 1 s gap: 5 periods of 1/6 s missed
+    clock.advance(1)
+    assert src.sample([A])[0].utilization_samples_pct == (0.0,) * 5 + (70.0,)
+
+
+def test_a_cursor_never_learns_a_period_shorter_than_nvmls_shortest() -> None:
+    cursor = nvml_samples.SampleCursor()
+    cursor.take([(1_000_000, 10.0)], 2_000_000)  # primes
+    cursor.take([(1_000_500, 10.0), (1_001_000, 20.0)], 2_000_000)
+    assert cursor.period_us is None
+    cursor.take([(1_201_000, 30.0)], 2_000_000)
+    assert cursor.period_us == 200_000
