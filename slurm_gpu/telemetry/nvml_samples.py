@@ -39,9 +39,9 @@ MAX_FILL = 1000
 """Most 0 % samples added per reading (a 10-minute gap at the fastest period, 1/6 s)."""
 MIN_PERIOD_US = 100_000
 """Shortest spacing taken for the sampling period, µs. NVML samples every 1/6 s to 1 s
-(``nvmlDeviceGetSamples``); two samples closer than that (seen around a state change) taken
-as the period turned every later gap into hundreds of idle samples (the H100 records of
-2026-11-27: about 900 a 1 s reading)."""
+(``nvmlDeviceGetSamples``); two closer samples taken as the period turned every later gap
+into hundreds of idle samples (the H100 records of 2026-11-27: about 900 a 1 s reading, the
+filler's cap, which needs a period of 1 ms or less)."""
 _GAP_FACTOR = 1.5
 """A gap counts as idle beyond this many sampling periods (jitter stays below it)."""
 _CLOCK_SLACK_US = 2_000_000

@@ -402,9 +402,9 @@ def test_more_processes_than_the_first_call_has_room_for_are_all_read(
 def test_two_samples_closer_than_any_sampling_period_do_not_set_it(
     h100: FakeDriver, clock: Clock
 ) -> None:
-    # NVML samples every 1/6 s to 1 s. Two samples 2 ms apart (seen around a state change)
-    # taken as the period made every 1 s gap after them 500 idle samples: the H100 records of
-    # 2026-11-27 held ~900 zero sub-samples per reading of jobs with idle phases.
+    # NVML samples every 1/6 s to 1 s. Two samples 2 ms apart taken as the period made a 1 s
+    # gap after them 500 idle samples (the H100 records of 2026-11-27 hold ~900 zero
+    # sub-samples per reading of the jobs with idle phases).
     src = source(clock, 1)
     base = int(clock.t * 1_000_000)
     for k in range(6):  # the cursor primes on samples 1/6 s apart
