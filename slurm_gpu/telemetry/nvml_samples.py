@@ -36,7 +36,8 @@ from typing import Any
 from slurm_gpu.telemetry.nvml_calls import INSUFFICIENT_SIZE, SUCCESS
 
 MAX_FILL = 1000
-"""Most 0 % samples added per reading (a 10-minute gap at the fastest period, 1/6 s)."""
+"""Most 0 % samples added per reading (a gap of about 3 minutes at the fastest period, 1/6 s;
+of about 17 at 1 s)."""
 MIN_PERIOD_US = 100_000
 """Shortest spacing taken for the sampling period, µs. NVML samples every 1/6 s to 1 s
 (``nvmlDeviceGetSamples``); two closer samples taken as the period turned every later gap

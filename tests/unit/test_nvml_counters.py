@@ -419,7 +419,7 @@ def test_two_samples_closer_than_any_sampling_period_do_not_set_it(
     assert src.sample([A])[0].utilization_samples_pct == (0.0,) * 5 + (70.0,)
 
 
-def test_a_cursor_never_learns_a_period_shorter_than_nvmls_shortest() -> None:
+def test_a_cursor_learns_no_period_from_spacings_under_a_tenth_of_a_second() -> None:
     cursor = nvml_samples.SampleCursor()
     cursor.take([(1_000_000, 10.0)], 2_000_000)  # primes
     cursor.take([(1_000_500, 10.0), (1_001_000, 20.0)], 2_000_000)
