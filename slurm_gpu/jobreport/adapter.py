@@ -78,6 +78,7 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
         partition=job.partition,
         state=job.state,
         exit_code=job.exit_code if ended else None,
+        exit_signal=job.exit_signal if ended else None,
         elapsed_s=job.elapsed_s,
         time_limit_s=job.time_limit_s,
         start_s=job.start_s,

@@ -227,8 +227,29 @@ class JobReport:
     reported energy."""
     page_url: str = ""
     """The job's web page (``[web] base_url``/job/<id>); empty when no page is configured."""
+    exit_signal: int | None = None
+    """The signal that ended the batch script (``ExitCode``'s number after the colon), for an
+    ended job; ``None`` while it runs or when accounting gave none, 0 for no signal."""
 
     # ------------------------------------------------------------------ derived numbers
+
+    @property
+    def exit_label(self) -> str | None:
+        """How the job ended, as shown: ``exit 3``; ``signal 9, SIGKILL`` for a script a
+        signal ended (sacct's ``0:9``: "exit 0" alone would read as a clean exit); ``exit 2,
+        signal 15, SIGTERM`` when both are set; ``None`` before the job ended."""
+        if self.exit_code is None:
+            return None
+        sig = self.exit_signal
+        if not sig:
+            return f"exit {self.exit_code}"
+        import signal  # only here: the report's import path does without it
+
+        try:
+            signal_text = f"signal {sig}, {signal.Signals(sig).name}"
+        except ValueError:  # a real-time signal (Slurm's 53 for an I/O set-up failure)
+            signal_text = f"signal {sig}"
+        return signal_text if self.exit_code == 0 else f"exit {self.exit_code}, {signal_text}"
 
     @property
     def cpu_efficiency_pct(self) -> float | None:

@@ -67,3 +67,24 @@ def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
     report = adapter.with_telemetry(running, tel.gpus, live=True)
     assert report.gpu_model == "fake"
     assert [g.slot for g in report.gpus] == [0, 1]
+
+
+def test_a_job_ended_by_a_signal_says_which_not_exit_0() -> None:
+    """sacct's ``ExitCode`` 0:9 is a batch script killed by signal 9: "exit 0" alone would
+    read as a clean exit (seen on the test cluster: ``FAILED (exit 0)`` for ``0:53``)."""
+    out = _render(F.job(state="FAILED", exit_code=0, exit_signal=9))
+    assert out.splitlines()[0].endswith("FAILED (signal 9, SIGKILL)"), out
+    out = _render(F.job(state="FAILED", exit_code=0, exit_signal=53))
+    assert out.splitlines()[0].endswith("FAILED (signal 53)"), out
+    out = _render(F.job(state="FAILED", exit_code=2, exit_signal=15))
+    assert out.splitlines()[0].endswith("FAILED (exit 2, signal 15, SIGTERM)"), out
+
+
+def test_a_signal_is_in_the_json_report_too() -> None:
+    from slurm_gpu.jobreport.jsonout import job_json
+
+    report = adapter.accounting_report(F.job(state="FAILED", exit_code=0, exit_signal=9))
+    doc = job_json(report)
+    assert (doc["exit_code"], doc["exit_signal"]) == (0, 9)
+    running = adapter.accounting_report(F.job(state="RUNNING", exit_signal=9, end_s=None))
+    assert job_json(running)["exit_signal"] is None

@@ -631,3 +631,14 @@ def test_store_behind_this_release_is_waited_for_until_the_collector_migrates_it
     assert n.handle(end_request()) is Outcome.SENT
     assert reader.looks == 3
     assert "80 % busy" in inbox.received[0].message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
+def test_the_mail_names_the_signal_that_ended_the_job() -> None:
+    builder = MessageBuilder(from_address="a@b.org", context=MailContext())
+    report = adapter.accounting_report(F.job(state="FAILED", exit_code=0, exit_signal=9))
+    msg = builder.build([report], to="sgtest1@example.org")
+    text = msg.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    html = msg.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "ended: FAILED, signal 9, SIGKILL." in text, text
+    assert "exit code 0" not in text and "exit code 0" not in html
+    assert "FAILED, signal 9, SIGKILL" in html

@@ -230,3 +230,14 @@ def test_a_store_closed_to_the_viewer_is_not_the_pages_error(tmp_path: Path) -> 
     listing = get(client, "/")
     assert listing.status_code == 200, listing.get_data(as_text=True)
     assert 'href="/job/1001"' in listing.get_data(as_text=True)
+
+
+def test_the_page_names_the_signal_that_ended_the_job(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    settings = W.settings_for(tmp_path)
+    stored = W.store_jobs(settings)
+    killed = [replace(stored[0], state="FAILED", exit_code=0, exit_signal=9), *stored[1:]]
+    c = create_app(settings, W.backends(settings, killed, W.PRIVATE)).test_client()
+    html = get(c, "/job/1001").get_data(as_text=True)
+    assert '<span class="exit">signal 9, SIGKILL</span>' in html, html
