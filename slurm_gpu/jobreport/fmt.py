@@ -94,7 +94,10 @@ def energy(joules: float | None, unit: str | None = None) -> str:
     if joules is None:
         return NA
     if unit in _ENERGY_UNITS:
-        return f"{_three_digits(joules / _ENERGY_UNITS[unit])} {unit}"
+        value = joules / _ENERGY_UNITS[unit]
+        if 0 < value < 0.001:
+            return f"< 0.001 {unit}"  # as ``energy_text``: three decimals would print 0.000
+        return f"{_three_digits(value)} {unit}"
     # The one form every report uses alone (``analysis.energy.energy_text``).
     return energy_text(joules)
 

@@ -314,8 +314,10 @@ class JobReport:
 
     @property
     def energy_unit(self) -> str:
-        """The one unit of the per-GPU energy column (``fmt.energy_unit``: J, Wh or kWh)."""
-        return energy_unit(g.energy_j for g in self.gpus)
+        """The one unit of the per-GPU energy column (``fmt.energy_unit``): Wh, or kWh from 1
+        kWh; never J, as the job's total and the web page never are (a one-GPU job's line and
+        total then say the same number)."""
+        return energy_unit((g.energy_j for g in self.gpus), total=True)
 
     @property
     def energy_j(self) -> float | None:

@@ -62,3 +62,26 @@ def test_mail_text_and_html_use_the_same_units() -> None:
     for body in (text, html):
         assert not re.search(r"\d J\b", body), body
         assert "0.611" in body and "4.48" in body
+
+
+def test_a_column_under_1_wh_is_in_wh_as_the_total_and_the_web_page() -> None:
+    """Seen on the test cluster: a one-GPU job's GPU line said ``energy 1100 J`` and its
+    Energy line ``0.306 Wh``, the same energy in two units (the web page said Wh)."""
+    gpus = adapter.gpu_lines_from_records([F.node_record()])[:1]
+    gpus = (dataclasses.replace(gpus[0], energy_j=1100.0),)
+    base = adapter.accounting_report(F.job(), min_elapsed_s=30)
+    report = adapter.with_telemetry(base, Telemetry(gpus=gpus, live=False).gpus, live=False)
+    out = TerminalRenderer(colour=False).report(report)
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("mem ")]
+    assert "energy 0.306 Wh" in line, out
+    assert "Energy  0.306 Wh" in out, out
+    builder = MessageBuilder(from_address="a@b.org", context=MailContext())
+    msg = builder.build([report], to="sgtest1@example.org")
+    for part in ("plain", "html"):
+        body = msg.get_body((part,)).get_content()  # type: ignore[union-attr]
+        assert not re.search(r"\d J\b", body) and "0.306 Wh" in body, body
+
+
+def test_an_energy_under_a_thousandth_of_its_unit_is_not_printed_as_zero() -> None:
+    assert fmt.energy(1.0, "Wh") == "< 0.001 Wh"
+    assert fmt.energy(0.0, "Wh") == "0 Wh"
