@@ -52,6 +52,8 @@ SYSTEM_MAIL = "/usr/bin/mail"
 STATE_FILE = "mail-state.db"
 
 PROG = "slurm-gpu mail"
+#: What a dry run says where the plain mail would have gone through the fallback program.
+_NOT_SENT = "the plain mail would go through {prog}; nothing sent (--dry-run)"
 
 
 def _log(line: str) -> None:
@@ -107,8 +109,27 @@ def _state_path(settings: Settings) -> str:
     return os.path.join(settings.mail.state_dir, STATE_FILE)
 
 
+def _scratch_state(settings: Settings) -> Any:
+    """A dry run's mail state: a private copy of the real one, removed at exit. Its decisions
+    (a job already mailed, a user's window, the policy's period) are the real state's; what it
+    records (a policy mail "sent", a waiting mail dealt with) never reaches the real one, whose
+    next real run would otherwise skip those users or lose those mails."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from slurm_gpu.notify.state import MailState
+
+    scratch = tempfile.mkdtemp(prefix="slurm-gpu-mail-dry-run-")
+    atexit.register(shutil.rmtree, scratch, True)
+    state = MailState(os.path.join(scratch, STATE_FILE))
+    state.load_copy_of(_state_path(settings))
+    return state
+
+
 def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
-    """The real notifier: accounting as SlurmUser, the store, the configured transport."""
+    """The real notifier: accounting as SlurmUser, the store, the configured transport; with
+    ``dry_run_dir``, the mails written there and the state a scratch copy (``_scratch_state``)."""
     from slurm_gpu.jobreport.readers import StoreAndSpoolReader, make_accounting
     from slurm_gpu.notify.message import MailContext, MessageBuilder
     from slurm_gpu.notify.service import Notifier, NotifyOptions
@@ -133,7 +154,7 @@ def build_notifier(settings: Settings, dry_run_dir: str | None) -> Any:
         reader=StoreAndSpoolReader(settings, spark_points=120),
         builder=builder,
         mailer=open_mailer(m, dry_run_dir=dry_run_dir),
-        state=MailState(_state_path(settings)),
+        state=MailState(_state_path(settings)) if dry_run_dir is None else _scratch_state(settings),
         options=NotifyOptions(
             recipient_domain=m.recipient_domain,
             wait_for_record_s=m.wait_for_record_s,
@@ -162,6 +183,9 @@ def drain_waiting(
         if not valid_recipient(p.recipient):  # checked on the way in; the file is not trusted
             _log(f"job {shown(p.key)}: refusing recipient {shown(p.recipient)!r}")
             return
+        if dry_run_dir is not None:
+            _log(f"job {shown(p.key)}: {_NOT_SENT.format(prog=prog)}")
+            return
         rc = _run_fallback([prog, "-s", p.subject, p.recipient], {**p.env, "PATH": SAFE_PATH})
         if rc != 0:
             _log(f"job {shown(p.key)}: {prog} exited {rc}")
@@ -169,6 +193,9 @@ def drain_waiting(
     try:
         notifier = factory(settings, dry_run_dir)
     except SlurmGpuError as err:
+        if dry_run_dir is not None:
+            lock.release()
+            raise
         # Without a notifier nothing can be enriched: hand every waiting mail back now
         # rather than leave it to a next call that would fail the same way.
         _log(f"{err.message}; every waiting mail goes to the fallback")
@@ -413,15 +440,34 @@ def cli(
     cleaned = job_environment(os.environ)
     fallback = _fallback_argv(fallback_program(settings), subject, recipients)
     req = MailRequest.from_env(subject or "", recipients, cleaned)
+
+    def hand_back(why: str) -> None:
+        """The plain mail through the fallback program (never returns); in a dry run, a
+        line saying so instead: a dry run sends nothing, the plain mail included."""
+        if dry_run_dir is None:
+            _exec_fallback(fallback)
+        _log(f"{why}: {_NOT_SENT.format(prog=fallback[0])}")
+
     if not req.enrichable:
-        _exec_fallback(fallback)
+        hand_back(
+            "not an END or FAIL mail about one job to one recipient (as slurmctld calls the "
+            "mail program: SLURM_JOB_ID and SLURM_JOB_MAIL_TYPE=Ended in the environment; "
+            "docs/mail.md, Testing a configuration)"
+        )
+        return
     try:
         notifier = factory(settings, dry_run_dir)
         outcome = notifier.handle(req)
         if outcome is Outcome.FALLBACK:
-            _exec_fallback(fallback)
+            hand_back(
+                f"job {req.job_id}: the enriched mail does not cover it (no GPU, or no record)"
+            )
+            return
         notifier.flush()
     except SlurmGpuError as err:
+        if dry_run_dir is not None:
+            _log(f"job {req.job_id}: {err.message}; nothing sent (--dry-run)")
+            sys.exit(err.exit_code)
         _log(f"job {req.job_id}: {err.message}; using the fallback")
         rc = _run_fallback(fallback)
         sys.exit(0 if rc == 0 else MailError.exit_code)

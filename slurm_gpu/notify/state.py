@@ -103,6 +103,26 @@ class MailState:
                 hint="make mail.state_dir a directory of SlurmUser, which runs the mail program",
             ) from None
 
+    def load_copy_of(self, path: str) -> None:
+        """Make this state a copy of the one at ``path`` (read only; nothing if it is missing):
+        a dry run's scratch state decides as the real one would, and what it records stays
+        here. ``StoreError`` when ``path`` cannot be read."""
+        if not os.path.exists(path):
+            return
+        from urllib.parse import quote
+
+        try:
+            src = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=30.0)
+            try:
+                src.backup(self._db)
+            finally:
+                src.close()
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot read the mail state file {path}: {exc}",
+                hint="run the dry run as root or SlurmUser, who own mail.state_dir",
+            ) from None
+
     def close(self) -> None:
         """Close the database."""
         self._db.close()

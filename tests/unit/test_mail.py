@@ -642,3 +642,92 @@ def test_the_mail_names_the_signal_that_ended_the_job() -> None:
     assert "ended: FAILED, signal 9, SIGKILL." in text, text
     assert "exit code 0" not in text and "exit code 0" not in html
     assert "FAILED, signal 9, SIGKILL" in html
+
+
+def _admin_dry_run(
+    tmp_path: Path, env: dict[str, str], factory: object | None = None
+) -> tuple[object, Path, Path]:
+    """``slurm-gpu mail --dry-run --mail-dir DIR -s SUBJECT sgtest1`` with a fallback mail
+    program that logs its arguments when it runs."""
+    fallback, log = _fallback_script(tmp_path)
+    cfg = _config(tmp_path, 1, fallback)
+    out = tmp_path / "mails"
+    argv = ["--config", str(cfg), "--dry-run", "--mail-dir", str(out)]
+    argv += ["-s", "Slurm Job_id=1001 Name=wrap Ended, TIMEOUT, ExitCode 0", "sgtest1"]
+    obj = {NOTIFIER_KEY: factory} if factory is not None else {}
+    res = CliRunner().invoke(cli, argv, env=env, obj=obj, catch_exceptions=False)
+    return res, log, out
+
+
+def test_a_dry_run_without_the_job_environment_sends_nothing_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """Seen on the test cluster: without ``SLURM_JOB_ID`` and ``SLURM_JOB_MAIL_TYPE`` the
+    request is not an END mail about a job, and ``--dry-run`` ran the site's fallback mail
+    program: a real mail, from a command that says it sends nothing."""
+    unset = {"SLURM_JOB_ID": None, "SLURM_JOB_MAIL_TYPE": None}
+    res, log, out = _admin_dry_run(tmp_path, unset)  # type: ignore[arg-type]
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert not log.exists(), "the fallback mail program ran in a dry run"
+    assert not out.exists() or not any(out.iterdir())
+    said = res.output  # type: ignore[attr-defined]
+    assert "nothing sent" in said and "SLURM_JOB_ID" in said and "SLURM_JOB_MAIL_TYPE" in said
+
+
+def test_a_dry_run_the_notifier_hands_back_sends_nothing(tmp_path: Path) -> None:
+    """A job the enriched mail does not cover (no GPU, not settled): the plain mail would go
+    through the fallback; a dry run says so and runs nothing."""
+
+    class Back:
+        def handle(self, req: object) -> Outcome:
+            return Outcome.FALLBACK
+
+        def flush(self) -> int:
+            return 0
+
+    env = {"SLURM_JOB_ID": "1001", "SLURM_JOB_MAIL_TYPE": "Ended"}
+    res, log, _ = _admin_dry_run(tmp_path, env, lambda s, d: Back())
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert not log.exists(), "the fallback mail program ran in a dry run"
+    assert "nothing sent" in res.output  # type: ignore[attr-defined]
+
+
+def test_a_dry_run_whose_notifier_fails_sends_nothing(tmp_path: Path) -> None:
+    class Failing:
+        def handle(self, req: object) -> Outcome:
+            raise MailError("smtp refused")
+
+        def flush(self) -> int:
+            return 0
+
+    env = {"SLURM_JOB_ID": "1001", "SLURM_JOB_MAIL_TYPE": "Ended"}
+    res, log, _ = _admin_dry_run(tmp_path, env, lambda s, d: Failing())
+    assert not log.exists(), "the fallback mail program ran in a dry run"
+    assert res.exit_code == MailError.exit_code, res.output  # type: ignore[attr-defined]
+    assert "smtp refused" in res.output  # type: ignore[attr-defined]
+
+
+def test_a_dry_runs_notifier_decides_from_the_real_state_and_records_nothing_in_it(
+    tmp_path: Path,
+) -> None:
+    """``--policy --dry-run`` recorded its policy mails in the real state: the real run of the
+    same period then skipped those users. A dry run works on a private copy."""
+    from slurm_gpu.cli.mail_cmd import build_notifier
+
+    settings = parse_settings(
+        {
+            "paths": {"state_dir": str(tmp_path / "state")},
+            "mail": {"state_dir": str(tmp_path / "m")},
+        },
+        path=None,
+    )
+    real = MailState(str(tmp_path / "m" / "mail-state.db"))
+    assert real.admit_policy("bob", "1", now_s=1000.0, period_s=86400)  # bob mailed earlier
+    dry = build_notifier(settings, str(tmp_path / "out"))
+    assert dry.state.path != real.path
+    # The copy knows what the real state knows ...
+    assert not dry.state.admit_policy("bob", "2", now_s=2000.0, period_s=86400)
+    # ... and what it records stays in it.
+    assert dry.state.admit_policy("carol", "3", now_s=2000.0, period_s=86400)
+    assert real.admit_policy("carol", "3", now_s=2000.0, period_s=86400)
+    real.close()
