@@ -365,6 +365,10 @@ class Sampler:
                     "idle_since_s": live.idle_since_s,
                     "active_first_s": acc.active_first_time_s,
                     "power_w": s.power_w,
+                    # The mean since the job's start and the limit, as the sealed record's
+                    # line shows them (``power 338 W / 400 W``).
+                    "power_mean_w": acc.power.mean,
+                    "power_limit_w": acc.info.power_limit_w,
                     "energy_j": energy_j,
                     "idle_samples": acc.idle_samples,
                     "samples": acc.samples,

@@ -512,7 +512,7 @@ def telemetry_from_live(
                 memory_peak_bytes=_int(g.get("memory_used_max_bytes")),
                 memory_total_bytes=_int(g.get("memory_total_bytes")),
                 power_mean_w=_num(g.get("power_mean_w")),
-                power_limit_w=None,
+                power_limit_w=_num(g.get("power_limit_w")),
                 energy_j=_num(g.get("energy_j")),
                 process_seen=seen if isinstance(seen, bool) else None,
             )

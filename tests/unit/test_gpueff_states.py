@@ -88,3 +88,43 @@ def test_a_signal_is_in_the_json_report_too() -> None:
     assert (doc["exit_code"], doc["exit_signal"]) == (0, 9)
     running = adapter.accounting_report(F.job(state="RUNNING", exit_signal=9, end_s=None))
     assert job_json(running)["exit_signal"] is None
+
+
+def test_a_running_jobs_gpu_line_has_its_mean_power_and_limit(tmp_path: Path) -> None:
+    """Seen on the test cluster: a running job's line said ``power n/a`` (the reader looked for
+    a ``power_mean_w`` the live summary never had) while Prometheus' view and the final
+    report showed ``power 55 W / 400 W``."""
+    import dataclasses
+
+    from slurm_gpu.records import GpuInfo
+
+    class Powered(FakeSource):
+        def list_gpus(self) -> list[GpuInfo]:
+            return [dataclasses.replace(g, power_limit_w=400.0) for g in super().list_gpus()]
+
+        def sample(self, uuids):  # type: ignore[no-untyped-def]
+            watts = 100.0 + 50.0 * (self.calls % 2)  # 150, 100, 150, ... W
+            return [dataclasses.replace(s, power_w=watts) for s in super().sample(uuids)]
+
+    clock = FakeClock()
+    source = Powered(clock)
+    sampler = Sampler(make_opts(tmp_path), lambda: source, FakeHost(clock), clock=clock)
+    wait, _ = stop_after(clock, 4)
+    assert sampler.run(wait)
+    summary = read_live(JobSpool(str(tmp_path / "spool"), "42", "n1").live)
+    tel = adapter.telemetry_from_live(
+        [summary],
+        ("n1",),
+        now_s=summary["updated_s"],
+        stale_after_s=180.0,
+        clock_s=summary["updated_s"],
+    )
+    assert tel is not None
+    for line in tel.gpus:
+        assert line.power_mean_w is not None and 100.0 <= line.power_mean_w <= 150.0, line
+        assert line.power_limit_w == 400.0
+    running = adapter.accounting_report(F.job(state="RUNNING"), min_elapsed_s=30)
+    out = TerminalRenderer(colour=False).report(
+        adapter.with_telemetry(running, tel.gpus, live=True)
+    )
+    assert "power n/a" not in out and "W / 400 W" in out, out
