@@ -261,6 +261,8 @@ class _Model:
     observed: float = 0.0
     active: float = 0.0
     wasted: float = 0.0
+    wasted_by_cause: dict[int, float] = field(default_factory=dict)
+    """The waste of this model's GPUs by their job's cause (as ``_Group``'s, per GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,19 +352,19 @@ class PeriodScan:
                 head = _lo(head, p[_HEAD])
                 tail = _lo(tail, p[_TAIL])
                 edge = _add(edge, p[_EDGE])
+        cause: int | None = None
+        code: str | None = None
+        if j[_FINDING] is not None:
+            number, _, code = str(j[_FINDING]).partition(" ")
+            cause = int(number)
         if not self.headline_only:
-            self._per_model(parts, hours)
+            self._per_model(parts, hours, cause)
         # Every GPU of a job lasts its elapsed time: busy GPU-hours are the hours times the
         # sum of the GPUs' duty cycles, observed ones the hours times the GPUs read.
         active = _active(hours, util_sum)
         observed = None if hours is None else util_n * hours
         duty = float(util_sum) / util_n if util_n else None
         alloc = _alloc(j)
-        cause: int | None = None
-        code: str | None = None
-        if j[_FINDING] is not None:
-            number, _, code = str(j[_FINDING]).partition(" ")
-            cause = int(number)
         self.jobs += 1
         if alloc is not None:
             self.alloc += alloc
@@ -481,8 +483,9 @@ class PeriodScan:
             ),
         )
 
-    def _per_model(self, parts: list[Any], hours: float | None) -> None:
-        """GPU models: sums over the job's GPUs of each model (``hours``: one GPU's)."""
+    def _per_model(self, parts: list[Any], hours: float | None, cause: int | None) -> None:
+        """GPU models: sums over the job's GPUs of each model (``hours``: one GPU's), their
+        waste also under the job's ``cause``."""
         for p in parts:
             if not p[_N_GPUS]:
                 continue
@@ -496,6 +499,9 @@ class PeriodScan:
                 m.observed += p[_UTIL_N] * hours
             m.active += _active(hours, p[_UTIL_SUM]) or 0.0
             m.wasted += _nz(p[_WASTED])
+            if cause is not None and p[_WASTED] is not None:
+                by_cause = m.wasted_by_cause
+                by_cause[cause] = by_cause.get(cause, 0.0) + float(p[_WASTED])
 
     # ----------------------------------------------------------------- results
 
@@ -551,7 +557,7 @@ class PeriodScan:
         out = []
         for key in keys:
             g = groups[key]
-            main = min(g.wasted_by_cause.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+            main = _main_cause(g.wasted_by_cause)
             out.append(
                 GroupUsage(
                     key=key,
@@ -598,20 +604,33 @@ class PeriodScan:
         )
 
     def by_gpu_model(self) -> tuple[GroupUsage, ...]:
-        """Per GPU model, over the GPUs in the store (largest allocation first)."""
-        out = [
-            GroupUsage(
-                key=key,
-                jobs=m.jobs,
-                gpu_hours_allocated=m.alloc,
-                gpu_hours_active=m.active,
-                gpu_hours_wasted=m.wasted,
-                duty_cycle_weighted_pct=100.0 * m.active / m.observed if m.observed > 0 else None,
+        """Per GPU model, over the GPUs in the store (largest allocation first), each with its
+        main cause as ``group_usage``'s."""
+        out = []
+        for key, m in self.models.items():
+            main = _main_cause(m.wasted_by_cause)
+            out.append(
+                GroupUsage(
+                    key=key,
+                    jobs=m.jobs,
+                    gpu_hours_allocated=m.alloc,
+                    gpu_hours_active=m.active,
+                    gpu_hours_wasted=m.wasted,
+                    duty_cycle_weighted_pct=100.0 * m.active / m.observed
+                    if m.observed > 0
+                    else None,
+                    main_cause=None if main is None else main[0],
+                    main_cause_gpu_hours=0.0 if main is None else main[1],
+                )
             )
-            for key, m in self.models.items()
-        ]
         out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
         return tuple(out)
+
+
+def _main_cause(wasted_by_cause: dict[int, float]) -> tuple[int, float] | None:
+    """The cause with the most wasted GPU-hours (among equals the lowest number) and those
+    hours; ``None`` without one."""
+    return min(wasted_by_cause.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
 
 
 def _hours(j: Any) -> float | None:

@@ -170,7 +170,9 @@ class Oracle:
 
     def by_model(self, since: float, until: float) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
+        per_cause: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for j in self.in_period(since, until):
+            c = self.cause(j)[0]
             for g in self.gpus_of[j["job_id"]]:
                 k = g.get("model") or "(unknown)"
                 m = out.setdefault(
@@ -182,9 +184,19 @@ class Oracle:
                     m["obs"] += self.hours(j)
                     m["active"] += self.gpu_active(j, g) or 0.0
                     m["wasted"] += self.gpu_wasted(j, g) or 0.0
-        for m in out.values():
+                    # The job's cause, for the waste of its GPUs of this model (as the
+                    # groups take it for the job's whole waste).
+                    if c is not None and self.measured(j):
+                        per_cause[k][c] += self.gpu_wasted(j, g) or 0.0
+        for k, m in out.items():
             m["jobs"] = len(m["jobs"])
             m["duty"] = 100 * m["active"] / m["obs"] if m["obs"] else None
+            causes = per_cause.get(k)
+            if causes:
+                best = min(causes, key=lambda c: (-causes[c], c))
+                m["main_cause"], m["main_cause_gh"] = best, causes[best]
+            else:
+                m["main_cause"], m["main_cause_gh"] = None, 0.0
         return out
 
     def causes(self, since: float, until: float) -> dict[int, tuple[int, float]]:

@@ -226,6 +226,10 @@ def check_report(rep: WeeklyReport, oracle: Oracle, period: Period, opts: Report
             approx(w["wasted"]),
         )
         assert m.duty_cycle_weighted_pct == approx(w["duty"])
+        # Seen in a weekly report: every model's main cause was null (0.0 GPU-hours) while
+        # its partition, with the same jobs, named cause 6.
+        assert m.main_cause == w["main_cause"], m.key
+        assert m.main_cause_gpu_hours == approx(w["main_cause_gh"])
 
     want_causes = oracle.causes(s, u)
     assert [(c.cause or 0, c.jobs, c.gpu_hours_wasted) for c in rep.causes] == [
