@@ -24,6 +24,7 @@ from slurm_gpu.errors import SlurmGpuError, StoreDeniedError, StoreNotCreatedErr
 from slurm_gpu.prometheus.client import Sample
 from slurm_gpu.prometheus.windows import same_host, target_host
 from slurm_gpu.telemetry.base import TelemetrySource
+from slurm_gpu.textsafe import has_password, without_password
 from slurm_gpu.trust import UntrustedPathError, open_trusted_dir, untrusted, untrusted_reason
 
 
@@ -226,8 +227,10 @@ def _not_for_this_account(exc: UntrustedPathError) -> bool:
     return exc.denied and os.geteuid() != 0
 
 
-def check_config(path: str | None) -> Check:
-    """The configuration file is one privileged code will read (``slurm_gpu.trust``)."""
+def check_config(path: str | None, store_url: str = "") -> Check:
+    """The configuration file is one privileged code will read (``slurm_gpu.trust``), and
+    holds no password that every user can read: users' tools (``gpueff``) read the file, so a
+    password in ``store_url`` there would be the collector's credential handed to them."""
     if path is None:
         return Check("config", Status.OK, "no file: every setting is a default")
     reason = untrusted_reason(path)
@@ -237,6 +240,19 @@ def check_config(path: str | None) -> Check:
             Status.FAIL,
             f"{path}: not trusted: {reason}; the hooks, sampler, collector and ship refuse it",
             f"chown root {path} && chmod go-w {path} and each directory above it",
+        )
+    try:
+        others_read = bool(os.stat(path).st_mode & stat.S_IROTH)
+    except OSError:
+        others_read = False
+    if others_read and has_password(store_url):
+        return Check(
+            "config",
+            Status.FAIL,
+            f"{path}: store.url holds a password ({without_password(store_url)}) in a file "
+            "every user can read",
+            "connect the collector by peer or GSSAPI authentication (docs/store.md), or give "
+            "its password in root's ~/.pgpass, and remove it from store.url",
         )
     return Check("config", Status.OK, f"{path}: owned by root, not writable by others")
 

@@ -6,6 +6,9 @@ once, where it is read, by ``clean_user_text``: control characters (C0 including
 DEL, C1) and the Unicode bidirectional overrides and isolates (which reorder what a reader sees)
 are replaced, and the length is bounded. HTML escaping stays the templates' job (jinja2
 autoescape); this removes what no escaping makes safe everywhere.
+
+A URL from the configuration is shown to people (``config show``, ``doctor``, errors, the live
+view's header) by ``without_password``, which hides the password of its user part.
 """
 
 from __future__ import annotations
@@ -43,3 +46,21 @@ def clean_command_message(stderr: str, max_len: int = 200) -> str:
 def clean_optional(value: str | None, max_len: int = MAX_LEN) -> str | None:
     """``clean_user_text`` that passes None through."""
     return None if value is None else clean_user_text(value, max_len)
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password of its user part shown as ``***`` (``config show``,
+    ``doctor``, logs); anything else, and a string that is no URL, unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    user, at, host = authority.rpartition("@")
+    if not at or ":" not in user:
+        return url
+    return f"{scheme}://{user.split(':', 1)[0]}:***@{host}{slash}{tail}"
+
+
+def has_password(url: str) -> bool:
+    """Whether ``url`` carries a password in its user part."""
+    return without_password(url) != url

@@ -9,6 +9,7 @@ import click
 
 from slurm_gpu.cli.common import settings_from
 from slurm_gpu.config import Settings, describe, example_toml
+from slurm_gpu.textsafe import without_password
 
 
 @click.group("config")
@@ -20,9 +21,10 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def show(ctx: click.Context, as_json: bool) -> None:
-    """Print every setting, its effective value and where it came from."""
+    """Print every setting, its effective value and where it came from (a URL's password
+    as ``***``: this output is pasted into tickets)."""
     settings = settings_from(ctx)
-    rows = [_effective(settings, row) for row in describe(settings)]
+    rows = [_shown(_effective(settings, row)) for row in describe(settings)]
     if as_json:
         click.echo(
             json.dumps(
@@ -39,6 +41,14 @@ def show(ctx: click.Context, as_json: bool) -> None:
     width = max(len(k) for k, *_ in rows)
     for key, value, source, _doc in rows:
         click.echo(f"{key:<{width}}  {json.dumps(value, default=list):<40}  # {source}")
+
+
+def _shown(row: tuple[str, Any, str, str]) -> tuple[str, Any, str, str]:
+    """The row with a URL's password hidden (``store.url``, ``live.prometheus_url``, ...)."""
+    key, value, source, doc = row
+    if key.endswith("url") and isinstance(value, str):
+        return key, without_password(value), source, doc
+    return row
 
 
 def _effective(settings: Settings, row: tuple[str, Any, str, str]) -> tuple[str, Any, str, str]:

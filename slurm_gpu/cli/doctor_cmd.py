@@ -230,7 +230,7 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     settings = settings_from(ctx, trusted=False)
     trusted = settings.path is None or untrusted_reason(settings.path) is None
     checks: dict[str, Callable[[], doctor.Check]] = {
-        "config": lambda: doctor.check_config(settings.path),
+        "config": lambda: doctor.check_config(settings.path, settings.store.url),
         "code": doctor.check_code,
         "spool": lambda: doctor.check_spool(settings),
         "state": lambda: doctor.check_state_dir(settings),

@@ -86,7 +86,7 @@ def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> No
 
         client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
         jobs = live_jobs(client)
-        source = f"Prometheus {client.base_url}"
+        source = f"Prometheus {client.shown_url}"
     else:
         snapshot = read_node(settings.paths.spool_dir, now, float("inf"))
         jobs = list(snapshot.jobs)

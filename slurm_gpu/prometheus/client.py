@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.errors import TelemetryUnavailableError
-from slurm_gpu.textsafe import clean_user_text
+from slurm_gpu.textsafe import clean_user_text, without_password
 
 #: Largest answer read from Prometheus, bytes (10,000 jobs x 8 GPUs of the view's series are
 #: about 60 MB).
@@ -70,10 +70,12 @@ class PrometheusClient:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise PrometheusUnavailableError(
-                f"live.prometheus_url {base_url!r} is not an http(s) URL",
+                f"live.prometheus_url {without_password(base_url)!r} is not an http(s) URL",
                 hint="set it to Prometheus' base URL, e.g. http://prometheus:9090",
             )
         self.base_url = base_url.rstrip("/")
+        self.shown_url = without_password(self.base_url)
+        """``base_url`` as messages show it: its password, if any, as ``***``."""
         self.timeout_s = timeout_s
         self._fetch = fetch
 
@@ -101,12 +103,12 @@ class PrometheusClient:
             detail = _error_of(exc.read(65536)) if exc.fp is not None else ""
             raise PrometheusUnavailableError(
                 f"Prometheus refused the query (HTTP {exc.code}){detail}",
-                hint=f"check {self.base_url}/-/ready and the recording rules",
+                hint=f"check {self.shown_url}/-/ready and the recording rules",
             ) from None
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnavailableError(
-                f"Prometheus at {self.base_url} is unreachable ({reason})",
+                f"Prometheus at {self.shown_url} is unreachable ({reason})",
                 hint="check live.prometheus_url; empty reads this node's live files instead",
             ) from None
         return raw
@@ -139,7 +141,7 @@ class PrometheusClient:
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnavailableError(
-                f"Prometheus at {self.base_url} is unreachable ({reason})",
+                f"Prometheus at {self.shown_url} is unreachable ({reason})",
                 hint="check live.prometheus_url",
             ) from None
         try:

@@ -130,3 +130,56 @@ def test_a_missing_named_file_hints_at_the_installed_command(tmp_path: Path) -> 
     assert err.value.hint is not None
     assert f"slurm-gpu config example > {missing}" in err.value.hint
     assert "share/" not in err.value.hint
+
+
+def test_config_show_hides_the_passwords_of_urls(tmp_path: Path) -> None:
+    """``store.url`` may hold the collector's password (docs/store.md); ``config show`` is
+    pasted into tickets: it printed it whole, in text and in JSON."""
+    path = write(
+        tmp_path,
+        '[store]\nurl = "postgresql+psycopg://collector:s3cret@db.example.org/slurmgpu"\n'
+        '[live]\nprometheus_url = "http://admin:pr0m@prom.example.org:9090"\n',
+    )
+    for extra in ([], ["--json"]):
+        result = CliRunner().invoke(cli, ["--config", str(path), "config", "show", *extra])
+        assert result.exit_code == 0, result.output
+        assert "s3cret" not in result.output and "pr0m" not in result.output, result.output
+        assert "collector:***@db.example.org" in result.output
+        assert "admin:***@prom.example.org:9090" in result.output
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql+psycopg://u:p%40ss@h:5432/db?sslmode=require",
+            "postgresql+psycopg://u:***@h:5432/db?sslmode=require",
+        ),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("http://prom:9090", "http://prom:9090"),
+        ("sqlite:////var/lib/x.db", "sqlite:////var/lib/x.db"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    from slurm_gpu.textsafe import without_password
+
+    assert without_password(url) == shown
+
+
+def test_prometheus_errors_hide_the_urls_password() -> None:
+    """An unreachable Prometheus is named in errors that reach the admin's terminal and logs
+    (``doctor`` printed ``Prometheus at http://admin:promPW@prom:9090 is unreachable``)."""
+    import urllib.error
+
+    from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError
+
+    def refused(url: str, timeout_s: float) -> bytes:
+        raise urllib.error.URLError("connection refused")
+
+    client = PrometheusClient("http://admin:pr0m@prom:9090", 1.0, fetch=refused)
+    with pytest.raises(PrometheusUnavailableError) as caught:
+        client.query("up")
+    said = caught.value.message + (caught.value.hint or "")
+    assert "pr0m" not in said and "admin:***@prom:9090" in said
+    assert client.shown_url == "http://admin:***@prom:9090"

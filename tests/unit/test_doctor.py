@@ -392,3 +392,20 @@ def test_as_an_ordinary_user_what_it_may_not_open_is_not_a_fault() -> None:
         assert status == "warn", (name, got[name])
         assert "run doctor as root" in text and "redirect" not in text, (name, text)
     assert got["code"][0] in ("ok", "warn"), got["code"]
+
+
+def test_doctor_fails_a_store_password_in_a_file_every_user_reads(tmp_path: Path) -> None:
+    """Users' tools read the configuration file, so a password in ``store.url`` there is the
+    collector's credential handed to every user."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    cfg.chmod(0o644)
+    secret = "postgresql+psycopg://collector:s3cret@db/slurmgpu"
+    result = doctor.check_config(str(cfg), store_url=secret)
+    assert result.status is doctor.Status.FAIL, result
+    assert "password" in result.detail and "s3cret" not in result.detail and result.hint
+    assert doctor.check_config(str(cfg), store_url="postgresql+psycopg:///slurmgpu").status is (
+        doctor.Status.OK
+    )
+    cfg.chmod(0o600)
+    assert doctor.check_config(str(cfg), store_url=secret).status is doctor.Status.OK
