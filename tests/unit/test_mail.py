@@ -731,3 +731,20 @@ def test_a_dry_runs_notifier_decides_from_the_real_state_and_records_nothing_in_
     assert dry.state.admit_policy("carol", "3", now_s=2000.0, period_s=86400)
     assert real.admit_policy("carol", "3", now_s=2000.0, period_s=86400)
     real.close()
+
+
+def test_a_recommendation_without_sbatch_lines_is_not_an_empty_heading() -> None:
+    """Seen on the test cluster: "Next time, ask for" above nothing, for a job whose
+    recommendation is to drop its one GPU (``--gres: gpu:1 -> 0``: text, no sbatch line),
+    which ``gpueff`` and the web page showed."""
+    import dataclasses
+
+    rec = RecommendationView(text="--gres: gpu:1 -> 0", gpu_hours_saved=0.02)
+    report = dataclasses.replace(adapter.accounting_report(F.job()), recommendations=(rec,))
+    builder = MessageBuilder(from_address="a@b.org", context=MailContext())
+    msg = builder.build([report], to="sgtest1@example.org")
+    text = msg.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    html = msg.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "--gres: gpu:1 -&gt; 0" in html and "0.02 GPU-hours" in html, html
+    after = text.split("Next time, ask for", 1)[1]
+    assert after.lstrip("\n").startswith("  --gres: gpu:1 -> 0 (saves about 0.02 GPU-hours)"), text
