@@ -174,7 +174,14 @@ def test_array_tasks_are_matched_by_their_own_ids() -> None:
     assert list(got) == ["316"]
     assert got["316"].job_id_display == "314_2" and got["316"].array_task_id == "2"
     whole = _corrected(_source(), Runner(out)).get_jobs(["314"])
-    assert sorted(whole) == ["315", "316"]  # the pending rest is not a live job
+    # Accounting has no record of the array yet: its running tasks and its pending rest, as
+    # accounting will list them once it hears of them.
+    assert sorted(whole) == ["314", "315", "316"]
+    assert whole["314"].state == "PENDING" and whole["314"].job_id_display == "314_[4-6]"
+    # Once accounting knows the array, its record of the pending rest is the one kept.
+    rest = make_job("314", state="PENDING", end_s=None)
+    known = _corrected(_source(rest), Runner(out)).get_jobs(["314"])
+    assert known["314"] is rest
 
 
 def test_with_accounting_down_the_controller_answers_only_when_it_shows_every_id() -> None:
@@ -443,3 +450,38 @@ def test_when_both_fail_the_error_says_the_controller_did_not_answer_either() ->
             source.get_jobs(["236"])
         assert "squeue did not answer either" in got.value.hint, got.value.hint
         assert "munge" in got.value.hint
+
+
+def test_a_pending_job_accounting_has_not_heard_of_is_the_controllers() -> None:
+    """Seen on the test cluster: ``gpueff`` on a job submitted a few seconds before, which
+    ``squeue`` showed PENDING, said "job 178 not found" (and hinted at a wrong id): slurmdbd
+    had no record of it yet (it had one 15 s later). The controller's pending job answers,
+    built from what it shows (a pending job's TRES is its request)."""
+    pending = _line("178", "178", "PENDING", start="0", nodes="", used="0:00")
+    for first in (False, True):
+        acc = _source()
+        got = (_first if first else _corrected)(acc, Runner(pending)).get_jobs(["178"])
+        job = got["178"]
+        assert job.state == "PENDING" and job.partition == "gpu" and job.job_name == "train"
+        assert job.req_tres.gpus == 1 and job.start_s is None and job.end_s is None
+        assert job.exit_code is None and job.user == "sgtest1"
+        assert acc.get_calls == [["178"]], "accounting is still asked first"
+
+
+def test_a_pending_job_accounting_knows_stays_accountings() -> None:
+    """Accounting's record of a waiting job (a requeued job's earlier runs, its comment) is
+    never replaced by the controller's."""
+    waiting = make_job("236", state="PENDING", end_s=None)
+    pending = _line("236", "236", "PENDING", start="0", nodes="", used="0:00")
+    for first in (False, True):
+        got = (_first if first else _corrected)(_source(waiting), Runner(pending)).get_jobs(["236"])
+        assert got["236"] is waiting
+
+
+def test_with_accounting_down_a_pending_job_is_the_controllers() -> None:
+    pending = _line("178", "178", "PENDING", start="0", nodes="", used="0:00")
+    for first in (False, True):
+        source = ControllerCorrected(
+            _down(), SqueueView(runner=Runner(pending)), controller_first=first, clock=lambda: NOW
+        )
+        assert source.get_jobs(["178"])["178"].state == "PENDING"
