@@ -268,3 +268,24 @@ def test_unknown_job_is_exit_4() -> None:
     res = _gpueff("sgtest1", "999999")
     assert res.returncode == 4
     assert "hint:" in res.stderr
+
+
+def test_a_job_just_submitted_is_pending_not_not_found() -> None:
+    """Seen on this cluster: ``gpueff`` on a job submitted a second before said "job N not
+    found" while ``squeue`` showed it pending (slurmdbd had its record about 15 s later). A
+    held job never starts, so it stays pending for the whole test."""
+    script = "#!/bin/sh\n#SBATCH --time=00:02:00\n#SBATCH --gres=gpu:2\nsleep 2\n"
+    out_dir = f"--chdir={slurmtools.user_dir('sgtest1')}"
+    job_id = slurmtools.submit(script, "sgtest1", (out_dir, "--hold"))
+    try:
+        res = _gpueff("sgtest1", job_id)
+        assert res.returncode == 0, res.stderr
+        first = res.stdout.splitlines()[0]
+        assert first.startswith(f"Job {job_id} ") and first.endswith("PENDING"), res.stdout
+        assert "gpus 2" in res.stdout and "The job has not started yet." in res.stdout
+        if _private_jobs():
+            # PrivateData=jobs applies to squeue as to sacct: still not another user's.
+            other = _gpueff("sgtest2", job_id)
+            assert other.returncode == 4 and "not found" in other.stderr, other
+    finally:
+        slurmtools.run_as(None, ["scancel", job_id], check=False)
