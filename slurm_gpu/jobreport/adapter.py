@@ -46,11 +46,22 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
     A job that has not ended has no exit code yet (``None``: accounting's ``0:0`` is a
     placeholder); one that has not started has no allocation, so its GPUs and their type
     are the ones it asked for."""
-    started = job.state not in NOT_STARTED_STATES
+    # Ended while it waited (cancelled, or a dependency never met): accounting gives it no
+    # nodes and no allocation, and "no GPU was allocated" would hide what it asked for.
+    never_ran = (
+        job.state not in NOT_STARTED_STATES | RUNNING_STATES
+        and not job.nodelist
+        and not job.alloc_tres.gpus
+        and bool(job.req_tres.gpus)
+    )
+    started = job.state not in NOT_STARTED_STATES and not never_ran
     tres = job.alloc_tres if started or job.alloc_tres.gpus else job.req_tres
     gpus = tres.gpus or 0
     if job.state in NOT_STARTED_STATES:
         status, note = TelemetryStatus.NOT_STARTED, "The job has not started yet."
+    elif never_ran:
+        status = TelemetryStatus.NOT_STARTED
+        note = f"The job never started: it ended {job.state} before it was given its GPUs."
     elif gpus == 0:
         status, note = TelemetryStatus.NO_GPU, "No GPU was allocated to this job."
     elif job.state not in RUNNING_STATES and job.elapsed_s < min_elapsed_s:

@@ -30,7 +30,7 @@ class TelemetryStatus(StrEnum):
     PENDING = "pending"
     """The job ended but the collector has not stored its record yet."""
     NOT_STARTED = "not_started"
-    """The job has not started (pending in the queue)."""
+    """The job has not started (pending in the queue), or ended without starting."""
     NO_GPU = "no_gpu"
     """The job was allocated no GPU."""
     NO_TELEMETRY = "no_telemetry"

@@ -128,3 +128,24 @@ def test_a_running_jobs_gpu_line_has_its_mean_power_and_limit(tmp_path: Path) ->
         adapter.with_telemetry(running, tel.gpus, live=True)
     )
     assert "power n/a" not in out and "W / 400 W" in out, out
+
+
+def test_a_job_cancelled_before_it_started_shows_what_it_asked_for() -> None:
+    """Seen on the test cluster: a job cancelled while it waited read ``gpus 0`` and "No GPU
+    was allocated to this job." although it asked for 4: it never started."""
+    job = F.job(
+        state="CANCELLED",
+        exit_code=0,
+        nodelist=(),
+        elapsed_s=0,
+        alloc_cpus=1,
+        alloc_tres=Tres(),
+        req_tres=Tres(cpus=1, gpus=4, raw="x"),
+        total_cpu_s=0.0,
+    )
+    out = _render(job)
+    assert "gpus 4" in out and "No GPU was allocated" not in out, out
+    assert "The job never started: it ended CANCELLED before it was given its GPUs." in out
+    # A job that ran without GPUs is still said to have had none.
+    cpu_only = F.job(alloc_tres=Tres(cpus=8, raw="x"), req_tres=Tres(cpus=8, raw="x"))
+    assert "No GPU was allocated to this job." in _render(cpu_only)
