@@ -72,14 +72,11 @@ def default_backends(settings: Settings) -> Backends:
     )
 
     def timelines(job_id: str) -> Sequence[NodeRecord]:
-        try:
-            store = open_store_reader(settings.store_url)
-        except StoreError:
-            return ()
+        # A store this page cannot read raises (``StoreError``): the page says why it has no
+        # timelines instead of showing none without a word.
+        store = open_store_reader(settings.store_url)
         try:
             stored = store.get_job(job_id, timelines=True)
-        except StoreError:
-            return ()
         finally:
             store.close()
         return tuple(stored.nodes) if stored is not None else ()
@@ -129,6 +126,9 @@ class TaskView:
 
     report: JobReport
     nodes: tuple[series.NodeCharts, ...]
+    timelines_unreadable: bool = False
+    """The job has a final record, but the store that keeps its timelines is closed to this
+    page (the page run as the user over the collector's SQLite store)."""
 
     @property
     def anchor(self) -> str:
@@ -251,15 +251,17 @@ def create_app(settings: Settings, backends: Backends | None = None) -> Flask:
     @app.get("/job/<job_id>")
     def job_page(job_id: str) -> str:
         reports = lookup(job_id)
-        tasks = [
-            TaskView(
-                r,
-                series.node_charts(be.timelines(r.job_id), settings.telemetry.idle_threshold_pct)
-                if r.telemetry is TelemetryStatus.FINAL
-                else (),
-            )
-            for r in reports
-        ]
+
+        def task(r: JobReport) -> TaskView:
+            if r.telemetry is not TelemetryStatus.FINAL:
+                return TaskView(r, ())
+            try:
+                nodes = be.timelines(r.job_id)
+            except StoreError:
+                return TaskView(r, (), timelines_unreadable=True)
+            return TaskView(r, series.node_charts(nodes, settings.telemetry.idle_threshold_pct))
+
+        tasks = [task(r) for r in reports]
         live = any(r.telemetry is TelemetryStatus.LIVE or r.state == "RUNNING" for r in reports)
         grafana = ""
         if live and web.grafana_url:

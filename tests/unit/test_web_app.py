@@ -241,3 +241,28 @@ def test_the_page_names_the_signal_that_ended_the_job(tmp_path: Path) -> None:
     c = create_app(settings, W.backends(settings, killed, W.PRIVATE)).test_client()
     html = get(c, "/job/1001").get_data(as_text=True)
     assert '<span class="exit">signal 9, SIGKILL</span>' in html, html
+
+
+def test_a_page_that_cannot_read_the_timelines_says_so(tmp_path: Path) -> None:
+    """Seen on the test cluster: the page run as the user (Open OnDemand) over the SQLite
+    store, which is the collector's alone, showed a collected job's report with no charts and
+    no word on why."""
+    from dataclasses import replace
+
+    from slurm_gpu.errors import StoreDeniedError
+
+    settings = W.settings_for(tmp_path)
+    stored = W.store_jobs(settings)
+
+    def closed(job_id: str) -> Any:
+        raise StoreDeniedError("store /x/slurm-gpu.db: Permission denied")
+
+    be = replace(W.backends(settings, stored, W.PRIVATE), timelines=closed)
+    html = get(create_app(settings, be).test_client(), "/job/1001").get_data(as_text=True)
+    assert 'class="charts"' not in html
+    assert "The timelines are not shown: this page cannot read the store that keeps them" in html
+    # Readable: the charts, and no such note.
+    html = get(
+        create_app(settings, W.backends(settings, stored, W.PRIVATE)).test_client(), "/job/1001"
+    ).get_data(as_text=True)
+    assert 'class="charts"' in html and "The timelines are not shown" not in html
