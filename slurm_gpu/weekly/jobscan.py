@@ -242,7 +242,8 @@ def _f(value: Any) -> float:
 
 @dataclass(slots=True)
 class _Group:
-    """Running totals of one user, account or partition (GPU-hours)."""
+    """Running totals of one user, account, partition or GPU model (GPU-hours; a model's over
+    its GPUs, its waste by the cause of each GPU's job)."""
 
     jobs: int = 0
     alloc: float = 0.0
@@ -250,19 +251,6 @@ class _Group:
     active: float = 0.0
     wasted: float = 0.0
     wasted_by_cause: dict[int, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Model:
-    """Running totals of one GPU model, over its GPUs (GPU-hours)."""
-
-    jobs: int = 0
-    alloc: float = 0.0
-    observed: float = 0.0
-    active: float = 0.0
-    wasted: float = 0.0
-    wasted_by_cause: dict[int, float] = field(default_factory=dict)
-    """The waste of this model's GPUs by their job's cause (as ``_Group``'s, per GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +320,7 @@ class PeriodScan:
         self.edge_jobs = 0
         self.edge_gh = 0.0
         self.edge_top = TopN(table_rows)
-        self.models: dict[str, _Model] = {}
+        self.models: dict[str, _Group] = {}
 
     # ----------------------------------------------------------------- feeding
 
@@ -492,7 +480,7 @@ class PeriodScan:
             key = str(p[_MODEL])
             m = self.models.get(key)
             if m is None:
-                m = self.models[key] = _Model()
+                m = self.models[key] = _Group()
             m.jobs += 1  # rows are per (job, model): one per model of the job
             if hours is not None:
                 m.alloc += p[_N_GPUS] * hours
@@ -554,25 +542,7 @@ class PeriodScan:
         keys = sorted(groups, key=rank)
         if limit is not None:
             keys = keys[:limit]
-        out = []
-        for key in keys:
-            g = groups[key]
-            main = _main_cause(g.wasted_by_cause)
-            out.append(
-                GroupUsage(
-                    key=key,
-                    jobs=g.jobs,
-                    gpu_hours_allocated=g.alloc,
-                    gpu_hours_active=g.active,
-                    gpu_hours_wasted=g.wasted,
-                    duty_cycle_weighted_pct=100.0 * g.active / g.observed
-                    if g.observed > 0
-                    else None,
-                    main_cause=None if main is None else main[0],
-                    main_cause_gpu_hours=0.0 if main is None else main[1],
-                )
-            )
-        return tuple(out)
+        return tuple(_usage(key, groups[key]) for key in keys)
 
     def worst_jobs(self, users: list[str]) -> tuple[UserWorstJobs, ...]:
         """The most wasteful measured jobs of each of ``users``, in that order."""
@@ -606,31 +576,25 @@ class PeriodScan:
     def by_gpu_model(self) -> tuple[GroupUsage, ...]:
         """Per GPU model, over the GPUs in the store (largest allocation first), each with its
         main cause as ``group_usage``'s."""
-        out = []
-        for key, m in self.models.items():
-            main = _main_cause(m.wasted_by_cause)
-            out.append(
-                GroupUsage(
-                    key=key,
-                    jobs=m.jobs,
-                    gpu_hours_allocated=m.alloc,
-                    gpu_hours_active=m.active,
-                    gpu_hours_wasted=m.wasted,
-                    duty_cycle_weighted_pct=100.0 * m.active / m.observed
-                    if m.observed > 0
-                    else None,
-                    main_cause=None if main is None else main[0],
-                    main_cause_gpu_hours=0.0 if main is None else main[1],
-                )
-            )
+        out = [_usage(key, m) for key, m in self.models.items()]
         out.sort(key=lambda u: (-u.gpu_hours_allocated, u.key))
         return tuple(out)
 
 
-def _main_cause(wasted_by_cause: dict[int, float]) -> tuple[int, float] | None:
-    """The cause with the most wasted GPU-hours (among equals the lowest number) and those
-    hours; ``None`` without one."""
-    return min(wasted_by_cause.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+def _usage(key: str, g: _Group) -> GroupUsage:
+    """One group's row, with its main cause: the cause with the most wasted GPU-hours (among
+    equals the lowest number) and those hours."""
+    main = min(g.wasted_by_cause.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+    return GroupUsage(
+        key=key,
+        jobs=g.jobs,
+        gpu_hours_allocated=g.alloc,
+        gpu_hours_active=g.active,
+        gpu_hours_wasted=g.wasted,
+        duty_cycle_weighted_pct=100.0 * g.active / g.observed if g.observed > 0 else None,
+        main_cause=None if main is None else main[0],
+        main_cause_gpu_hours=0.0 if main is None else main[1],
+    )
 
 
 def _hours(j: Any) -> float | None:

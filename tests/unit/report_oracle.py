@@ -156,12 +156,7 @@ class Oracle:
                     per_cause[k][c] += self.wasted(j)
         for k, g in out.items():
             g["duty"] = 100 * g["active"] / g["obs"] if g["obs"] else None
-            causes = per_cause.get(k)
-            if causes:
-                best = min(causes, key=lambda c: (-causes[c], c))
-                g["main_cause"], g["main_cause_gh"] = best, causes[best]
-            else:
-                g["main_cause"], g["main_cause_gh"] = None, 0.0
+            g["main_cause"], g["main_cause_gh"] = _main(per_cause.get(k))
         return out
 
     def top(self, since: float, until: float, key: str, n: int) -> list[str]:
@@ -191,12 +186,7 @@ class Oracle:
         for k, m in out.items():
             m["jobs"] = len(m["jobs"])
             m["duty"] = 100 * m["active"] / m["obs"] if m["obs"] else None
-            causes = per_cause.get(k)
-            if causes:
-                best = min(causes, key=lambda c: (-causes[c], c))
-                m["main_cause"], m["main_cause_gh"] = best, causes[best]
-            else:
-                m["main_cause"], m["main_cause_gh"] = None, 0.0
+            m["main_cause"], m["main_cause_gh"] = _main(per_cause.get(k))
         return out
 
     def causes(self, since: float, until: float) -> dict[int, tuple[int, float]]:
@@ -299,3 +289,11 @@ class Oracle:
         js = [j for j in self.in_period(since, until) if j["user"] == user and self.measured(j)]
         js.sort(key=lambda j: (-self.wasted(j), j["job_id"]))
         return [j["job_id"] for j in js[:n]]
+
+
+def _main(causes: dict[int, float] | None) -> tuple[int | None, float]:
+    """The cause with the most waste (the lowest among equals) and its waste; (None, 0.0)."""
+    if not causes:
+        return None, 0.0
+    best = min(causes, key=lambda c: (-causes[c], c))
+    return best, causes[best]

@@ -4,6 +4,7 @@ GPUs a pending job asked for, and a running job's GPUs by their model name."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gpueff_factory as F
 from test_sampler import FakeClock, FakeHost, FakeSource, make_opts, stop_after
@@ -48,14 +49,15 @@ def test_an_ended_job_keeps_its_exit_code() -> None:
     assert "FAILED (exit 3)" in out
 
 
-def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
+def _live_run(tmp_path: Path, source_of: Any, readings: int) -> tuple[dict[str, Any], Any]:
+    """A sampler fed by ``source_of(clock)`` for ``readings`` readings: its live summary, and
+    the GPU lines ``gpueff`` reads from it."""
     clock = FakeClock()
-    source = FakeSource(clock)
+    source = source_of(clock)
     sampler = Sampler(make_opts(tmp_path), lambda: source, FakeHost(clock), clock=clock)
-    wait, _ = stop_after(clock, 3)
+    wait, _ = stop_after(clock, readings)
     assert sampler.run(wait)
     summary = read_live(JobSpool(str(tmp_path / "spool"), "42", "n1").live)
-    assert [(g["name"], g["minor_number"]) for g in summary["gpus"]] == [("fake", 0), ("fake", 1)]
     tel = adapter.telemetry_from_live(
         [summary],
         ("n1",),
@@ -63,6 +65,12 @@ def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
         stale_after_s=180.0,
         clock_s=summary["updated_s"],
     )
+    return summary, tel
+
+
+def test_a_running_jobs_live_summary_names_its_gpus(tmp_path: Path) -> None:
+    summary, tel = _live_run(tmp_path, FakeSource, 3)
+    assert [(g["name"], g["minor_number"]) for g in summary["gpus"]] == [("fake", 0), ("fake", 1)]
     running = adapter.accounting_report(F.job(state="RUNNING"), min_elapsed_s=30)
     report = adapter.with_telemetry(running, tel.gpus, live=True)
     assert report.gpu_model == "fake"
@@ -106,19 +114,7 @@ def test_a_running_jobs_gpu_line_has_its_mean_power_and_limit(tmp_path: Path) ->
             watts = 100.0 + 50.0 * (self.calls % 2)  # 150, 100, 150, ... W
             return [dataclasses.replace(s, power_w=watts) for s in super().sample(uuids)]
 
-    clock = FakeClock()
-    source = Powered(clock)
-    sampler = Sampler(make_opts(tmp_path), lambda: source, FakeHost(clock), clock=clock)
-    wait, _ = stop_after(clock, 4)
-    assert sampler.run(wait)
-    summary = read_live(JobSpool(str(tmp_path / "spool"), "42", "n1").live)
-    tel = adapter.telemetry_from_live(
-        [summary],
-        ("n1",),
-        now_s=summary["updated_s"],
-        stale_after_s=180.0,
-        clock_s=summary["updated_s"],
-    )
+    _, tel = _live_run(tmp_path, Powered, 4)
     assert tel is not None
     for line in tel.gpus:
         assert line.power_mean_w is not None and 100.0 <= line.power_mean_w <= 150.0, line
