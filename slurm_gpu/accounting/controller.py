@@ -63,6 +63,8 @@ NOT_STARTED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_
 #: A job waiting to start: the controller's word is taken for it only where accounting has no
 #: record of it (slurmdbd hears of a submission seconds to minutes later).
 WAITING_STATES = frozenset({"PENDING"})
+#: The states of the jobs the controller is asked about: running or waiting.
+_SHOWN_STATES = LIVE_STATES | WAITING_STATES
 
 #: ``squeue --Format`` fields, in order.
 FIELDS: tuple[str, ...] = (
@@ -355,9 +357,10 @@ class ControllerCorrected:
                     failed = asked is None
                 else:
                     silent = pending
-            if asked is not None and all(_alone(q, _running(asked)) for q in job_ids):
+            running = _running(asked or [])
+            if asked is not None and all(_alone(q, running) for q in job_ids):
                 now_s = self._clock()
-                return {j.job_id: corrected(None, j, now_s) for j in _running(asked)}
+                return {j.job_id: corrected(None, j, now_s) for j in running}
         try:
             found = self._source.get_jobs(job_ids)
         except AccountingError as error:
@@ -408,11 +411,11 @@ class ControllerCorrected:
 
     def _live(self, queries: Sequence[str]) -> list[LiveJob]:
         """The controller's running and waiting jobs of ``queries``."""
-        return [j for j in self._view.jobs(queries) if j.state in LIVE_STATES | WAITING_STATES]
+        return [j for j in self._view.jobs(queries) if j.state in _SHOWN_STATES]
 
     def _second_opinion(self, queries: Sequence[str]) -> list[LiveJob]:
-        """The controller's running jobs of ``queries``; ``[]`` when it cannot be asked (it is
-        a second opinion: accounting's answer, or its error, stands)."""
+        """The controller's running and waiting jobs of ``queries``; ``[]`` when it cannot be
+        asked (it is a second opinion: accounting's answer, or its error, stands)."""
         return _answer(lambda: self._live(queries)) or []
 
 

@@ -35,6 +35,8 @@ SPARK_POINTS = 24
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
 NOT_STARTED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+#: States of a job that has not ended: every other one has.
+_NOT_ENDED_STATES = NOT_STARTED_STATES | RUNNING_STATES
 
 #: A wording function: finding -> (title, text). The analysis engine's templates supply it.
 Wording = Callable[[Any], tuple[str, str]]
@@ -49,7 +51,7 @@ def accounting_report(job: JobRecord, *, min_elapsed_s: float = 60.0) -> JobRepo
     # Ended while it waited (cancelled, or a dependency never met): accounting gives it no
     # nodes and no allocation, and "no GPU was allocated" would hide what it asked for.
     never_ran = (
-        job.state not in NOT_STARTED_STATES | RUNNING_STATES
+        job.state not in _NOT_ENDED_STATES
         and not job.nodelist
         and not job.alloc_tres.gpus
         and bool(job.req_tres.gpus)

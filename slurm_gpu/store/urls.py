@@ -3,6 +3,8 @@ reads them without SQLAlchemy)."""
 
 from __future__ import annotations
 
+from slurm_gpu.textsafe import has_password
+
 _SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
 
 
@@ -35,9 +37,7 @@ def libpq_conninfo(url: str) -> str | None:
     and for one that carries a password (such a URL is the collector's, not a user's)."""
     for prefix in _PG_PREFIXES:
         if url.startswith(prefix):
-            rest = url[len(prefix) :]
-            authority = rest.split("/", 1)[0]
-            if ":" in authority.rpartition("@")[0]:
+            if has_password(url):
                 return None
-            return "postgresql://" + rest
+            return "postgresql://" + url[len(prefix) :]
     return None
