@@ -175,7 +175,13 @@ def _under_stepd(tmp_path: Path, job: str, command: str) -> subprocess.Popen[byt
 
 def _spawn(tmp_path: Path, job: str, *args: str) -> subprocess.Popen[bytes]:
     script = tmp_path / "burn.py"
-    script.write_text(BURN)
+    if not script.exists():
+        # Written once and put in place whole: rewriting it while an interpreter started
+        # earlier opens it (truncate, then write) makes that one run an empty script and exit 0
+        # having burnt nothing, which a slow machine hit in CI.
+        part = tmp_path / "burn.py.part"
+        part.write_text(BURN)
+        part.rename(script)
     return _under_stepd(tmp_path, job, " ".join([sys.executable, str(script), *args]))
 
 
