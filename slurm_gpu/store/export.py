@@ -57,6 +57,7 @@ JOB_COLUMNS: tuple[ExportColumn, ...] = (
     _c("job_name", "str", "job name (cleaned at ingest)"),
     _c("state", "str", "final state (COMPLETED, FAILED, ...)"),
     _c("exit_code", "int", "exit code"),
+    _c("exit_signal", "int", "signal that ended the job (9: SIGKILL); empty for none"),
     _c("node_count", "int", "nodes allocated"),
     _c("alloc_cpus", "int", "CPUs allocated"),
     _c("alloc_mem_bytes", "int", "memory allocated, bytes"),
@@ -99,7 +100,18 @@ FINDING_COLUMNS: tuple[ExportColumn, ...] = (
     _c("analysis_version", "str", "version of the analysis that produced it"),
 )
 
-_JOB_FIELDS = [c.name for c in JOB_COLUMNS[:23]]
+#: The columns read from ``jobs`` as stored; those after them are computed per page.
+_COMPUTED = (
+    "gpu_count_seen",
+    "gpu_util_mean_pct",
+    "gpu_util_min_pct",
+    "gpu_idle_fraction",
+    "gpu_memory_used_max_bytes",
+    "gpu_energy_j",
+    "finding_codes",
+    "timeline_pruned_s",
+)
+_JOB_FIELDS = [c.name for c in JOB_COLUMNS if c.name not in _COMPUTED]
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,28 @@ def test_export_csv_has_one_row_per_job_of_the_period_in_the_documented_columns(
     assert float(r["end_s"]) == END + DAY_S
 
 
+def test_export_says_which_signal_ended_a_job(store_url: str, tmp_path: Path) -> None:
+    """A job killed by a signal (the OOM killer's SIGKILL, a segmentation fault) exports its
+    signal beside its exit code, as ``gpueff --json`` and the report show it."""
+    out = tmp_path / "jobs.csv"
+    killed = dataclasses.replace(
+        make_job("300"), state="FAILED", exit_code=0, exit_signal=9, end_s=END
+    )
+    ok = dataclasses.replace(make_job("301"), exit_code=0, exit_signal=None, end_s=END + 1)
+    with Store.open(store_url) as store:
+        store.write_batch(
+            [
+                JobBundle(job=j, nodes=(), telemetry=TELEMETRY_COMPLETE, findings=())
+                for j in (killed, ok)
+            ],
+            collected_at_s=1.0,
+        )
+        export(store.engine, str(out), since_s=0, until_s=END + 10)
+    rows = {r["job_id"]: r for r in _read(out)}
+    assert (rows["300"]["exit_code"], rows["300"]["exit_signal"]) == ("0", "9")
+    assert (rows["301"]["exit_code"], rows["301"]["exit_signal"]) == ("0", "")
+
+
 def test_export_findings_has_one_row_per_finding_in_order(store_url: str, tmp_path: Path) -> None:
     out = tmp_path / "findings.csv"
     with Store.open(store_url) as store:
