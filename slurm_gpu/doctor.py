@@ -227,10 +227,11 @@ def _not_for_this_account(exc: UntrustedPathError) -> bool:
     return exc.denied and os.geteuid() != 0
 
 
-def check_config(path: str | None, store_url: str = "") -> Check:
+def check_config(path: str | None, store_url: str = "", prometheus_url: str = "") -> Check:
     """The configuration file is one privileged code will read (``slurm_gpu.trust``), and
     holds no password that every user can read: users' tools (``gpueff``) read the file, so a
-    password in ``store_url`` there would be the collector's credential handed to them."""
+    password in ``store_url`` there would be the collector's credential handed to them, and
+    one in ``prometheus_url`` the site's Prometheus account."""
     if path is None:
         return Check("config", Status.OK, "no file: every setting is a default")
     reason = untrusted_reason(path)
@@ -253,6 +254,16 @@ def check_config(path: str | None, store_url: str = "") -> Check:
             "every user can read",
             "connect the collector by peer or GSSAPI authentication (docs/store.md), or give "
             "its password in root's ~/.pgpass, and remove it from store.url",
+        )
+    if others_read and has_password(prometheus_url):
+        return Check(
+            "config",
+            Status.FAIL,
+            f"{path}: live.prometheus_url holds a password ({without_password(prometheus_url)}) "
+            "in a file every user can read",
+            "put the password in a root-owned file of mode 0600 named by "
+            "live.prometheus_password_file, and keep only the user in the URL "
+            "(http://user@host:9090)",
         )
     return Check("config", Status.OK, f"{path}: owned by root, not writable by others")
 
@@ -920,17 +931,18 @@ def check_prometheus_series(query: Callable[[str], list[Sample]], needs: SeriesN
 
 
 def prometheus_checks(
-    url: str, timeout_s: float, sources: Iterable[str]
+    url: str, timeout_s: float, sources: Iterable[str], *, password_file: str = ""
 ) -> dict[str, Callable[[], Check]]:
     """``check_prometheus_series`` for each Prometheus source among ``sources`` (the names
     written in records: ``dcgm-exporter``, ``jobstats``, ``slurm-exporter``; others are
-    skipped), keyed by check name, for ``slurm-gpu doctor`` to run with its other checks."""
+    skipped), keyed by check name, for ``slurm-gpu doctor`` to run with its other checks;
+    ``password_file`` as ``PrometheusClient`` takes it."""
     from slurm_gpu.prometheus.client import PrometheusClient
 
     def one(needs: SeriesNeeds) -> Callable[[], Check]:
         def check() -> Check:
             try:
-                client = PrometheusClient(url, timeout_s)
+                client = PrometheusClient(url, timeout_s, password_file=password_file)
             except SlurmGpuError as err:
                 return Check(f"prometheus:{needs.source}", Status.FAIL, err.message, err.hint)
             return check_prometheus_series(client.query, needs)

@@ -83,7 +83,11 @@ def _prometheus_listen(settings: object) -> str:
     from slurm_gpu.prometheus.client import PrometheusClient
 
     live = settings.live  # type: ignore[attr-defined]
-    return PrometheusClient(live.prometheus_url, live.prometheus_timeout_s).listen_address()
+    return PrometheusClient(
+        live.prometheus_url,
+        live.prometheus_timeout_s,
+        password_file=live.prometheus_password_file,
+    ).listen_address()
 
 
 def _live_identity(settings: object) -> doctor.Check:
@@ -93,7 +97,11 @@ def _live_identity(settings: object) -> doctor.Check:
     live = settings.live  # type: ignore[attr-defined]
     if not live.prometheus_url:
         return doctor.Check("identity", doctor.Status.OK, "no Prometheus: this node's files")
-    client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+    client = PrometheusClient(
+        live.prometheus_url,
+        live.prometheus_timeout_s,
+        password_file=live.prometheus_password_file,
+    )
     return doctor.check_live_identity(
         client.status_config,
         client.query,
@@ -230,7 +238,9 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     settings = settings_from(ctx, trusted=False)
     trusted = settings.path is None or untrusted_reason(settings.path) is None
     checks: dict[str, Callable[[], doctor.Check]] = {
-        "config": lambda: doctor.check_config(settings.path, settings.store.url),
+        "config": lambda: doctor.check_config(
+            settings.path, settings.store.url, settings.live.prometheus_url
+        ),
         "code": doctor.check_code,
         "spool": lambda: doctor.check_spool(settings),
         "state": lambda: doctor.check_state_dir(settings),
@@ -276,7 +286,10 @@ def cli(ctx: click.Context, skip: tuple[str, ...]) -> None:
     if pulled and settings.live.prometheus_url and trusted:
         checks.update(
             doctor.prometheus_checks(
-                settings.live.prometheus_url, settings.live.prometheus_timeout_s, pulled
+                settings.live.prometheus_url,
+                settings.live.prometheus_timeout_s,
+                pulled,
+                password_file=settings.live.prometheus_password_file,
             )
         )
     if not trusted:

@@ -84,7 +84,11 @@ def cli(ctx: click.Context, as_json: bool, local: bool, limit: int | None) -> No
         from slurm_gpu.prometheus.client import PrometheusClient
         from slurm_gpu.prometheus.livejobs import live_jobs
 
-        client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+        client = PrometheusClient(
+            live.prometheus_url,
+            live.prometheus_timeout_s,
+            password_file=live.prometheus_password_file,
+        )
         jobs = live_jobs(client)
         source = f"Prometheus {client.shown_url}"
     else:

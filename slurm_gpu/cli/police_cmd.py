@@ -99,7 +99,11 @@ def cli(
             from slurm_gpu.prometheus.client import PrometheusClient
             from slurm_gpu.prometheus.windows import read_windows
 
-            client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+            client = PrometheusClient(
+                live.prometheus_url,
+                live.prometheus_timeout_s,
+                password_file=live.prometheus_password_file,
+            )
             return read_windows(
                 client,
                 cfg.idle_s,

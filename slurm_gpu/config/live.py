@@ -38,6 +38,12 @@ class LiveSettings:
         "Prometheus' base URL (http://host:9090) that slurm-gpu live asks; empty: read this "
         "node's live files instead.",
     )
+    prometheus_password_file: str = setting(
+        "",
+        "File holding the password of the user named in prometheus_url (http://user@host:9090) "
+        "for a Prometheus that asks for one (HTTP basic authentication): root's, 0600; "
+        "empty: none, or the password in the URL when this file is root's alone.",
+    )
     prometheus_timeout_s: float = setting(
         10.0, "Timeout of one Prometheus query, seconds.", min=1, max=300
     )

@@ -290,6 +290,7 @@ class StoreAndSpoolReader:
         return self._priced(self._live_prometheus(job))
 
     def _live_prometheus(self, job: JobRecord) -> Telemetry:
+        from slurm_gpu.errors import ConfigError
         from slurm_gpu.prometheus.client import PrometheusClient, PrometheusUnavailableError
         from slurm_gpu.prometheus.livejobs import live_jobs as prometheus_jobs
 
@@ -300,10 +301,18 @@ class StoreAndSpoolReader:
                 "its node, and no Prometheus is configured ([live] prometheus_url)."
             )
         try:
-            client = PrometheusClient(live.prometheus_url, live.prometheus_timeout_s)
+            client = PrometheusClient(
+                live.prometheus_url,
+                live.prometheus_timeout_s,
+                password_file=live.prometheus_password_file,
+            )
             parts = prometheus_jobs(client, job_id=job.job_id)
         except (PrometheusUnavailableError, ValueError) as exc:
             return _no_live(f"Live numbers are not available from this host: {exc}.")
+        except ConfigError as exc:
+            # The password file of a Prometheus behind a password: root's, so an ordinary
+            # user's report goes on without live numbers and says why.
+            return _no_live(f"Live numbers are not available from this host: {exc.message}.")
         tel = adapter.telemetry_from_prometheus(
             parts, job.nodelist, now_s=time.time(), stale_after_s=live.stale_after_s
         )

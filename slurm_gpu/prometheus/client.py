@@ -18,7 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.errors import TelemetryUnavailableError
+from slurm_gpu.errors import ConfigError, TelemetryUnavailableError
+from slurm_gpu.prometheus.auth import (
+    PASSWORD_FILE_KEY,
+    basic_header,
+    read_password_file,
+    split_credentials,
+)
 from slurm_gpu.textsafe import clean_user_text, without_password
 
 #: Largest answer read from Prometheus, bytes (10,000 jobs x 8 GPUs of the view's series are
@@ -52,7 +58,7 @@ Fetch = Callable[[str, float], bytes]
 """``fetch(url, timeout_s) -> body``: the HTTP seam (raises ``OSError`` or ``URLError``)."""
 
 
-def _urlopen_fetch(url: str, timeout_s: float) -> bytes:
+def _urlopen_fetch(url: str | urllib.request.Request, timeout_s: float) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout_s) as resp:
         data: bytes = resp.read(MAX_RESPONSE_BYTES + 1)
     if len(data) > MAX_RESPONSE_BYTES:
@@ -63,21 +69,76 @@ def _urlopen_fetch(url: str, timeout_s: float) -> bytes:
     return data
 
 
-class PrometheusClient:
-    """Instant queries against ``base_url`` (``http://host:9090``)."""
+def _fetch_with(authorization: str) -> Fetch:
+    """``_urlopen_fetch`` sending ``authorization`` to the URL asked only: an unredirected
+    header, so that a redirect (to another host) does not carry the credentials."""
 
-    def __init__(self, base_url: str, timeout_s: float, fetch: Fetch = _urlopen_fetch) -> None:
+    def fetch(url: str, timeout_s: float) -> bytes:
+        request = urllib.request.Request(url)
+        request.add_unredirected_header("Authorization", authorization)
+        return _urlopen_fetch(request, timeout_s)
+
+    return fetch
+
+
+class PrometheusClient:
+    """Instant queries against ``base_url`` (``http://host:9090``).
+
+    A user named in ``base_url`` (``http://user@host:9090``) is sent with HTTP basic
+    authentication, with the password from ``password_file`` or from the URL
+    (``slurm_gpu.prometheus.auth``); the URL asked never holds them."""
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float,
+        fetch: Fetch = _urlopen_fetch,
+        *,
+        password_file: str = "",
+    ) -> None:
         parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PrometheusUnavailableError(
                 f"live.prometheus_url {without_password(base_url)!r} is not an http(s) URL",
                 hint="set it to Prometheus' base URL, e.g. http://prometheus:9090",
             )
-        self.base_url = base_url.rstrip("/")
-        self.shown_url = without_password(self.base_url)
+        bare, user, password = split_credentials(base_url)
+        if password_file:
+            if user is None or password is not None:
+                raise ConfigError(
+                    "needs the user, and only the user, named in live.prometheus_url"
+                    f" ({without_password(base_url)})",
+                    key=PASSWORD_FILE_KEY,
+                    hint="name Prometheus' user in the URL (http://user@host:9090); "
+                    "the password goes in the file alone",
+                )
+            password = read_password_file(password_file)
+        self.base_url = bare.rstrip("/")
+        self.shown_url = without_password(base_url.rstrip("/"))
         """``base_url`` as messages show it: its password, if any, as ``***``."""
         self.timeout_s = timeout_s
+        self.authenticated = user is not None
+        """Whether requests carry a user and password (HTTP basic authentication)."""
+        if user is not None and fetch is _urlopen_fetch:
+            fetch = _fetch_with(basic_header(user, password or ""))
         self._fetch = fetch
+
+    def _refused(self, exc: urllib.error.HTTPError, what: str) -> PrometheusUnavailableError:
+        """The error for an HTTP error answer to ``what`` (a query, the configuration)."""
+        detail = _error_of(exc.read(65536)) if exc.fp is not None else ""
+        hint = f"check {self.shown_url}/-/ready and the recording rules"
+        if exc.code in (401, 403):
+            hint = (
+                "check the user in live.prometheus_url and its password "
+                "(live.prometheus_password_file)"
+                if self.authenticated
+                else "this Prometheus asks for a password: name its user in "
+                "live.prometheus_url (http://user@host:9090) and the password in "
+                "live.prometheus_password_file"
+            )
+        return PrometheusUnavailableError(
+            f"Prometheus refused {what} (HTTP {exc.code}){detail}", hint=hint
+        )
 
     def query(self, promql: str, at_s: float | None = None) -> list[Sample]:
         """The instant vector of ``promql`` (now, or at ``at_s``); raises
@@ -100,11 +161,7 @@ class PrometheusClient:
         try:
             raw = self._fetch(url, self.timeout_s)
         except urllib.error.HTTPError as exc:
-            detail = _error_of(exc.read(65536)) if exc.fp is not None else ""
-            raise PrometheusUnavailableError(
-                f"Prometheus refused the query (HTTP {exc.code}){detail}",
-                hint=f"check {self.shown_url}/-/ready and the recording rules",
-            ) from None
+            raise self._refused(exc, "the query") from None
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnavailableError(
@@ -120,6 +177,8 @@ class PrometheusClient:
         try:
             raw = self._fetch(url, self.timeout_s)
             text = json.loads(raw)["data"]["yaml"]
+        except urllib.error.HTTPError as exc:
+            raise self._refused(exc, "its configuration") from None
         except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnavailableError(
@@ -138,6 +197,8 @@ class PrometheusClient:
         url = f"{self.base_url}/api/v1/status/flags"
         try:
             raw = self._fetch(url, self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            raise self._refused(exc, "its flags") from None
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnavailableError(

@@ -39,6 +39,10 @@ def make_source(settings: Settings, name: str) -> TelemetrySource:
         idle_threshold_pct=settings.telemetry.idle_threshold_pct,
         timeline_points=settings.telemetry.timeline_points,
     )
-    client = PrometheusClient(url, settings.live.prometheus_timeout_s)
+    client = PrometheusClient(
+        url,
+        settings.live.prometheus_timeout_s,
+        password_file=settings.live.prometheus_password_file,
+    )
     source: TelemetrySource = _CLASSES[name](client, options)
     return source

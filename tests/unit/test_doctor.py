@@ -409,3 +409,20 @@ def test_doctor_fails_a_store_password_in_a_file_every_user_reads(tmp_path: Path
     )
     cfg.chmod(0o600)
     assert doctor.check_config(str(cfg), store_url=secret).status is doctor.Status.OK
+
+
+def test_doctor_fails_a_prometheus_password_in_a_file_every_user_reads(tmp_path: Path) -> None:
+    """The same for the password of a Prometheus that asks for one: in ``live.prometheus_url``
+    of a file every user reads, it is handed to them; ``prometheus_password_file`` is not."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    cfg.chmod(0o644)
+    secret = "http://slurmgpu:s3cret@prometheus:9090"
+    result = doctor.check_config(str(cfg), prometheus_url=secret)
+    assert result.status is doctor.Status.FAIL, result
+    assert "live.prometheus_url" in result.detail and "s3cret" not in result.detail
+    assert result.hint is not None and "prometheus_password_file" in result.hint
+    user_only = "http://slurmgpu@prometheus:9090"
+    assert doctor.check_config(str(cfg), prometheus_url=user_only).status is doctor.Status.OK
+    cfg.chmod(0o600)
+    assert doctor.check_config(str(cfg), prometheus_url=secret).status is doctor.Status.OK

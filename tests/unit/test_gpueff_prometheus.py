@@ -251,6 +251,21 @@ def test_an_unreachable_prometheus_keeps_exit_0_and_says_so(tmp_path: Path) -> N
     assert "unreachable" in res.output
 
 
+def test_a_password_file_it_cannot_use_keeps_exit_0_and_says_so(tmp_path: Path) -> None:
+    """A Prometheus behind a password whose file this caller cannot use (another account can
+    write it; an ordinary user cannot read root's): the report, without live numbers, and
+    why."""
+    secret = tmp_path / "prometheus.password"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o622)
+    cfg = login_config(tmp_path, f"http://slurmgpu@127.0.0.1:{free_port()}")
+    cfg.write_text(cfg.read_text() + f'prometheus_password_file = "{secret}"\n')
+    res = gpueff(cfg, ["2001"], FakeAccounting([running()]))
+    assert res.exit_code == 0, res.output
+    assert "Live numbers are not available from this host" in res.output
+    assert "live.prometheus_password_file" in res.output and "s3cret" not in res.output
+
+
 def test_the_label_names_the_node_summary_as_source() -> None:
     from slurm_gpu.jobreport.adapter import accounting_report
 
