@@ -603,12 +603,11 @@ def skewed_exposition(shifts: Mapping[str, float]) -> Iterator[None]:
     """On the shapes' port (scraped with ``honor_labels``), each job's own exporter series as
     a node whose clock is ``shifts[job]`` seconds off, claiming the node and the exporters'
     job name."""
+    from functools import partial
+
     from slurm_gpu.live.testshapes import shifted
 
-    def change(shift_s: float) -> Callable[[Any], Any]:
-        return lambda j: shifted(j, shift_s)
-
-    with own_exposition({job: change(shift) for job, shift in shifts.items()}):
+    with own_exposition({job: partial(shifted, shift_s=shift) for job, shift in shifts.items()}):
         yield
 
 
